@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * cJSON helpers: cleanup functions and typed getters that tell "missing"
+ * from "wrong type", so request parsers can give a precise error.
+ */
+#pragma once
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "macro.h"
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON *, cJSON_Delete)
+#define _cleanup_json_ _cleanup_(cJSON_Deletep)
+
+static inline void cjson_freep(char **p)
+{
+	if (*p)
+		cJSON_free(*p);
+}
+#define _cleanup_cjson_str_ _cleanup_(cjson_freep)
+
+/*
+ * Getters: return 0 and set *ret when @key is present with the right type,
+ * -ENOENT when it is absent or null (and leave *ret alone), -EINVAL when it
+ * has another type or is out of range.
+ */
+int json_get_string(const cJSON *obj, const char *key, const char **ret);
+int json_get_bool(const cJSON *obj, const char *key, bool *ret);
+int json_get_int64(const cJSON *obj, const char *key, int64_t min, int64_t max, int64_t *ret);
+/* Array of strings: *ret is a new NULL-terminated vector (free with strv_free). */
+int json_get_strv(const cJSON *obj, const char *key, char ***ret);
+
+/* Adds a number that may exceed 2^53 as a JSON number (cJSON stores doubles). Returns 0 or -ENOMEM. */
+int json_add_u64(cJSON *obj, const char *key, uint64_t v);

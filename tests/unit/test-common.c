@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * Unit tests for common/: path validation and symlink-free walks.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fdpath.h"
+#include "macro.h"
+#include "tap.h"
+
+static void test_names(void)
+{
+	char longname[NAME_MAX + 2];
+
+	ok(name_is_valid("a"), "plain name is valid");
+	ok(!name_is_valid(""), "empty name is invalid");
+	ok(!name_is_valid("."), "dot is invalid");
+	ok(!name_is_valid(".."), "dotdot is invalid");
+	ok(!name_is_valid("a/b"), "slash is invalid");
+	memset(longname, 'x', sizeof(longname) - 1);
+	longname[NAME_MAX + 1] = '\0';
+	ok(!name_is_valid(longname), "name over NAME_MAX is invalid");
+	longname[NAME_MAX] = '\0';
+	ok(name_is_valid(longname), "name of NAME_MAX bytes is valid");
+}
+
+static void test_relative(void)
+{
+	_cleanup_free_ char *n = NULL;
+
+	is_int(path_check_relative(""), 0, "empty path is the root");
+	is_int(path_check_relative("a/b/c"), 0, "clean path accepted");
+	is_int(path_check_relative("/a"), -EINVAL, "absolute path rejected");
+	is_int(path_check_relative("a/../b"), -EINVAL, "dotdot rejected");
+	is_int(path_check_relative("a//b"), -EINVAL, "empty component rejected");
+	is_int(path_check_relative("a/"), -EINVAL, "trailing slash rejected");
+	is_int(path_normalize_relative("/x//./y/", 8, &n), 0, "normalize accepts slashes and dots");
+	is_str(n, "x/y", "normalized path");
+	free(TAKE_PTR(n));
+	is_int(path_normalize_relative("x/../y", 6, &n), -EINVAL, "normalize rejects dotdot");
+	is_int(path_normalize_relative("x\0y", 3, &n), -EINVAL, "normalize rejects NUL");
+}
+
+static void test_beneath(void)
+{
+	char tmpl[] = "/tmp/test-common-XXXXXX";
+	_cleanup_close_ int dfd = -1, fd = -1;
+
+	ok(mkdtemp(tmpl) != NULL, "mkdtemp");
+	dfd = open(tmpl, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	ok(dfd >= 0, "open tmpdir");
+
+	fd = mkdirat_beneath_p(dfd, "a/b/c", 0755);
+	ok(fd >= 0, "mkdirat_beneath_p creates a/b/c");
+	fd = safe_close(fd);
+	ok(symlinkat("/etc", dfd, "a/evil") == 0, "plant symlink to /etc");
+	ok(symlinkat("../../..", dfd, "a/b/up") == 0, "plant .. symlink");
+
+	fd = openat_beneath(dfd, "a/b/c", O_PATH | O_DIRECTORY, 0);
+	ok(fd >= 0, "openat_beneath opens a real dir");
+	fd = safe_close(fd);
+	fd = openat_beneath(dfd, "a/evil/passwd", O_RDONLY, 0);
+	ok(fd < 0, "symlink in the middle is not followed (%d)", fd);
+	fd = safe_close(fd);
+	fd = openat_beneath(dfd, "a/evil", O_RDONLY, 0);
+	ok(fd < 0, "symlink as last component is not followed (%d)", fd);
+	fd = safe_close(fd);
+	fd = openat_beneath(dfd, "a/b/up/etc/passwd", O_RDONLY, 0);
+	ok(fd < 0, "dotdot symlink is not followed (%d)", fd);
+	fd = safe_close(fd);
+	fd = mkdirat_beneath_p(dfd, "a/evil/x", 0755);
+	ok(fd < 0, "mkdir -p does not walk through a symlink (%d)", fd);
+	fd = safe_close(fd);
+	ok(faccessat(AT_FDCWD, "/etc/x", F_OK, 0) < 0, "nothing created in /etc");
+
+	{
+		const char *name = NULL;
+		int pfd = openat_beneath_parent(dfd, "a/b/file", &name);
+
+		ok(pfd >= 0, "parent of a/b/file opens");
+		is_str(name, "file", "last component returned");
+		safe_close(pfd);
+	}
+
+	{
+		char cmd[128];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpl);
+		(void)!system(cmd);
+	}
+}
+
+int main(void)
+{
+	test_names();
+	test_relative();
+	test_beneath();
+	return tap_done();
+}
