@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * File operations on a session's mounted view, for the OpenSandbox-compatible
- * /v1/isolated/session/{id}/files/* and /directories/* routes. Nothing here
+ * /v1/isolated/session/{id}/files/... and /directories/... routes. Nothing here
  * knows about HTTP: the server parses the request, calls these functions and
  * maps the -errno they return with api_errno_to_code().
  *
@@ -216,7 +216,8 @@ int api_files_search(const struct api_files_root *root, const char *path, const 
 /*
  * directories/list: a new JSON array of FileInfo for the entries below the
  * directory @path down to @depth levels (1: its children only; 0 means 1;
- * capped at API_WALK_MAX_DEPTH), directories included, sorted by path,
+ * capped at API_WALK_MAX_DEPTH), directories included, depth first with
+ * each directory's entries sorted by name and a directory before its contents,
  * symlinks reported as such and not entered. Bounded like search.
  * Returns 0 or -errno.
  */
