@@ -1,0 +1,315 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""draftbox benchmark suite: the same workloads over plain dir, kernel
+overlayfs, fuse-overlayfs (default and fast options) and draftfs.
+
+Run as root through bench/run (or ./dev bench). Every workload starts cold:
+a fresh mount over the cached lower tree (fresh upper), sync, drop caches.
+Implementations are interleaved within each repetition and their order
+rotates between repetitions. Ratios to kernel overlayfs are computed pair
+by pair within a repetition; the tables show medians. Numbers never make
+the suite fail; a workload that fails or returns wrong results does
+(exit 1), and so does a broken set-up.
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import impls  # noqa: E402
+import report  # noqa: E402
+import session  # noqa: E402
+import tree  # noqa: E402
+import workloads  # noqa: E402
+
+REPO = os.path.dirname(HERE)
+
+
+def log(msg):
+    print("bench: " + msg, file=sys.stderr, flush=True)
+
+
+def drop_caches():
+    subprocess.run(["sync"], check=True)
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def rm_rf(path):
+    if os.path.lexists(path):
+        subprocess.run(["rm", "-rf", "--one-file-system", path], check=True)
+
+
+class Suite:
+    def __init__(self, args, man):
+        self.args = args
+        self.man = man
+        self.lower = man["lower"]
+        self.base = tempfile.mkdtemp(prefix="draftbench.", dir=args.tmpdir)
+        self.plain_dir = os.path.join(man["top"], "plain")
+        self.failures = []
+        self.live = []       # mounts to clean up on the way out
+        self.n = 0
+
+    # The plain copy is the lower itself, made writable: sync it back after a change.
+    def sync_plain(self):
+        big = os.path.join(self.plain_dir, "big.bin")
+        want = self.man["sizes"]["big_bytes"]
+        try:
+            if os.stat(big).st_size > want:
+                os.truncate(big, want)
+                os.utime(big, (tree.FIXED_MTIME, tree.FIXED_MTIME))
+        except FileNotFoundError:
+            pass
+        subprocess.run(["rsync", "-a", "--delete", self.lower + "/", self.plain_dir + "/"], check=True)
+
+    def scratch(self):
+        self.n += 1
+        p = os.path.join(self.base, "r%04d" % self.n)
+        os.mkdir(p)
+        return p
+
+    def mount(self, impl, lower=None):
+        s = self.scratch()
+        m = impl.mount(lower or self.lower, s)
+        m.scratch = s
+        self.live.append(m)
+        return m
+
+    def umount(self, m, discard=True):
+        try:
+            m.umount()
+        finally:
+            if m in self.live:
+                self.live.remove(m)
+            if discard:
+                rm_rf(m.scratch)
+
+    def cleanup(self):
+        for m in list(self.live):
+            try:
+                if m.proc and m.proc.poll() is None:
+                    impls.force_umount(m.root)
+                    m.proc.kill()
+                    m.proc.wait()
+                elif m.impl.name == "ovl":
+                    impls.force_umount(m.root)
+            except Exception:
+                pass
+        # Never rm -rf across a mount that is still there.
+        for dirpath, dirnames, _ in os.walk(self.base):
+            for d in dirnames:
+                if impls.mounted(os.path.join(dirpath, d)):
+                    impls.force_umount(os.path.join(dirpath, d))
+        rm_rf(self.base)
+
+    def run_workload(self, impl, wl):
+        """Mounts @impl cold, runs @wl's phases. Returns ({phase: s}, cpu_s) or raises."""
+        m = self.mount(impl)
+        ok = False
+        try:
+            drop_caches()
+            cpu0 = m.cpu()
+            times = {}
+            outs = {}
+            for pname, argv in wl.phases:
+                t0 = time.monotonic()
+                r = subprocess.run(argv, cwd=m.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   timeout=self.args.timeout)
+                times[pname] = time.monotonic() - t0
+                if r.returncode != 0:
+                    raise RuntimeError("%s: exit %d: %s" % (pname, r.returncode,
+                                                           r.stderr.decode(errors="replace").strip()[-300:]))
+                outs[pname] = r.stdout.decode(errors="replace")
+            cpu1 = m.cpu()
+            if wl.check:
+                wl.check(m.root, outs)
+            ok = True
+            cpu = (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None
+            return times, cpu
+        finally:
+            try:
+                self.umount(m)
+            finally:
+                if impl.name == "plain" and (wl.mutates or not ok):
+                    self.sync_plain()
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="bench/run", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="tiny tree, 2 repetitions (CI; a few minutes)")
+    ap.add_argument("--scale", type=float, help="tree size factor (1 = the full sizes)")
+    ap.add_argument("--reps", type=int, help="repetitions (default 3, quick 2)")
+    ap.add_argument("--workloads", help="comma-separated subset of workloads")
+    ap.add_argument("--impls", help="comma-separated subset of plain,ovl,fo-default,fo-fast,draftfs")
+    ap.add_argument("--build-dir", default=os.environ.get("DRAFTBOX_BUILD_DIR") or os.path.join(REPO, "build"),
+                    help="where fs/draftfs and launcher/draftbox-run are (a default, non-ASan build)")
+    ap.add_argument("--cache-dir", default=os.path.join(HERE, "cache"))
+    ap.add_argument("--results-dir", default=os.path.join(HERE, "results"))
+    ap.add_argument("--tmpdir", default="/var/tmp", help="where scratch uppers go (same fs as the cache is best)")
+    ap.add_argument("--no-session", action="store_true", help="skip the session-level figures")
+    ap.add_argument("--no-memory", action="store_true", help="skip the memory walk")
+    ap.add_argument("--profile", action="store_true", help="also perf-record the draftfs daemon (see docs)")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="make -j for the build")
+    ap.add_argument("--timeout", type=int, default=900, help="per-phase timeout in seconds")
+    args = ap.parse_args()
+
+    if os.geteuid() != 0:
+        print("bench/run: needs root (mounts, drop_caches)", file=sys.stderr)
+        return 2
+    scale = args.scale if args.scale is not None else (0.1 if args.quick else 1.0)
+    reps = args.reps if args.reps is not None else (2 if args.quick else 3)
+    args.build_dir = os.path.abspath(args.build_dir)
+    for tool in ("fio", "rsync", "git", "make", "cc", "tar", "find", "grep"):
+        if not shutil.which(tool):
+            print("bench/run: %s is missing (./dev deps installs it)" % tool, file=sys.stderr)
+            return 2
+    subprocess.run(["modprobe", "fuse"], stderr=subprocess.DEVNULL)
+    subprocess.run(["modprobe", "overlay"], stderr=subprocess.DEVNULL)
+
+    started = datetime.datetime.now(datetime.timezone.utc)
+    t_start = time.monotonic()
+    load0 = os.getloadavg()
+    os.makedirs(args.cache_dir, exist_ok=True)
+    man = tree.ensure(args.cache_dir, scale, log)
+    wls = workloads.all_workloads(man, args.jobs)
+    if args.workloads:
+        want = args.workloads.split(",")
+        unknown = set(want) - {w.name for w in wls}
+        if unknown:
+            print("bench/run: unknown workload(s) %s" % ",".join(sorted(unknown)), file=sys.stderr)
+            return 2
+        wls = [w for w in wls if w.name in want]
+
+    suite = Suite(args, man)
+    all_impls = [impls.Plain(suite.plain_dir), impls.KernelOverlay(), impls.FuseOverlayfs(False),
+                 impls.FuseOverlayfs(True), impls.Draftfs(args.build_dir)]
+    if args.impls:
+        want = args.impls.split(",")
+        all_impls = [i for i in all_impls if i.name in want or i.name == "ovl"]
+    active = []
+    unavailable = {}
+    for i in all_impls:
+        why = i.available()
+        if why:
+            unavailable[i.name] = why
+            log("%s: %s" % (i.name, why))
+        else:
+            active.append(i)
+
+    def on_signal(sig, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, on_signal)
+
+    res = {
+        "started": started.isoformat(timespec="seconds"),
+        "machine": report.machine(),
+        "scale": scale, "reps": reps, "manifest": man,
+        "impls": [i.name for i in all_impls], "labels": {i.name: i.label for i in all_impls},
+        "unavailable": unavailable,
+        "workloads": [{"name": w.name, "phases": w.phase_names, "desc": w.desc} for w in wls],
+        "times": {}, "cpu": {}, "errors": [], "load": [list(load0)],
+    }
+    phases = [p for w in wls for p in w.phase_names]
+    for p in phases:
+        res["times"][p] = {i.name: [None] * reps for i in all_impls}
+    for w in wls:
+        res["cpu"][w.name] = {i.name: [None] * reps for i in all_impls}
+
+    rc = 0
+    try:
+        if any(i.name == "plain" for i in active):
+            log("syncing the plain copy")
+            suite.sync_plain()
+        # Probe each FUSE implementation once: a daemon that cannot mount is reported, not timed.
+        for i in list(active):
+            if i.fuse:
+                try:
+                    m = suite.mount(i)
+                    res.setdefault("mount_probe", {})[i.name] = m.mount_seconds
+                    suite.umount(m)
+                except Exception as e:
+                    unavailable[i.name] = "mount failed: %s" % e
+                    res["errors"].append("%s: mount failed: %s" % (i.name, e))
+                    active.remove(i)
+                    log("%s: mount failed: %s" % (i.name, e))
+                    if i.name == "draftfs":
+                        rc = 1
+        log("%d workloads x %d implementations (%s) x %d repetitions, scale %g"
+            % (len(wls), len(active), ",".join(i.name for i in active), reps, scale))
+        k = 0
+        for rep in range(reps):
+            for wi, w in enumerate(wls):
+                # Rotate the order so no implementation always runs first.
+                shift = (rep + wi) % len(active)
+                order = active[shift:] + active[:shift]
+                for impl in order:
+                    k += 1
+                    try:
+                        times, cpu = suite.run_workload(impl, w)
+                    except KeyboardInterrupt:
+                        raise
+                    except Exception as e:
+                        msg = "rep %d %s on %s: %s" % (rep + 1, w.name, impl.name, e)
+                        log("FAILED " + msg)
+                        res["errors"].append(msg)
+                        rc = 1
+                        continue
+                    for p, t in times.items():
+                        res["times"][p][impl.name][rep] = t
+                    res["cpu"][w.name][impl.name][rep] = cpu
+                    log("rep %d/%d %-12s %-10s %s" % (rep + 1, reps, w.name, impl.name,
+                        " ".join("%.3fs" % t for t in times.values())))
+            res["load"].append(list(os.getloadavg()))
+
+        if not args.no_session:
+            res["session"] = session.run_session(suite, active, unavailable, args, log)
+        if not args.no_memory:
+            res["memory"] = session.run_memory(suite, active, unavailable, args, log)
+        if args.profile:
+            res["profile"] = session.run_profile(suite, active, wls, args, log)
+    except KeyboardInterrupt:
+        log("interrupted")
+        rc = 130
+    finally:
+        suite.cleanup()
+
+    res["seconds"] = round(time.monotonic() - t_start, 1)
+    res["load"].append(list(os.getloadavg()))
+    summary = report.summarize(res)
+    text = report.render_text(res, summary)
+    print(text)
+    os.makedirs(args.results_dir, exist_ok=True)
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    kind = "quick" if args.quick else "s%g" % scale
+    out = os.path.join(args.results_dir, "%s-%s.json" % (stamp, kind))
+    with open(out, "w") as f:
+        json.dump({"results": res, "summary": summary}, f, indent=1, default=str)
+    with open(os.path.join(args.results_dir, "latest-%s.md" % kind), "w") as f:
+        f.write(report.render_markdown(res, summary))
+    log("results in %s (markdown: latest-%s.md)" % (out, kind))
+    if res["errors"]:
+        log("%d failure(s):" % len(res["errors"]))
+        for e in res["errors"]:
+            log("  " + e)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

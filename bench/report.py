@@ -1,0 +1,252 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Turns raw benchmark results into medians, ratios, targets and tables.
+
+Ratios are computed pair by pair: for each repetition, t(impl) / t(ovl) of
+that same repetition; the table shows the median of those ratios. Targets
+are informational (PASS/MISS) and never change the exit status.
+"""
+import math
+import os
+import platform
+import statistics
+import subprocess
+
+
+def machine():
+    """A one-line description of this machine."""
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 30
+    fs = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "-T", "/var/tmp"], stdout=subprocess.PIPE,
+                        text=True).stdout.strip()
+    return "%d x %s, %d GiB RAM, kernel %s, scratch on %s" % (os.cpu_count(), cpu, mem, platform.release(), fs)
+
+
+def _med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def _geomean(xs):
+    xs = [x for x in xs if x is not None and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def summarize(res):
+    """Returns medians, ratios, geomeans and the target verdicts of @res."""
+    impls = res["impls"]
+    s = {"median": {}, "ratio": {}, "cpu": {}, "geomean": {}, "worst": {}, "targets": []}
+    for p, by in res["times"].items():
+        s["median"][p] = {i: _med(by[i]) for i in impls}
+        base = by.get("ovl")
+        s["ratio"][p] = {}
+        for i in impls:
+            rs = []
+            if base:
+                for t, b in zip(by[i], base):
+                    if t is not None and b:
+                        rs.append(t / b)
+            s["ratio"][p][i] = _med(rs)
+    for w, by in res["cpu"].items():
+        s["cpu"][w] = {i: _med(by[i]) for i in impls}
+    for i in impls:
+        rs = {p: s["ratio"][p][i] for p in s["ratio"] if s["ratio"][p][i] is not None}
+        s["geomean"][i] = _geomean(rs.values())
+        s["worst"][i] = max(rs.items(), key=lambda kv: kv[1]) if rs else None
+
+    T = s["targets"]
+
+    def target(name, value, ok, fmt="%.2fx"):
+        if value is None or ok is None:
+            T.append({"target": name, "value": None, "verdict": "n/a"})
+        else:
+            T.append({"target": name, "value": fmt % value if isinstance(value, float) else str(value),
+                      "verdict": "PASS" if ok else "MISS"})
+
+    d = "draftfs"
+    have = d in impls and any(s["ratio"][p].get(d) is not None for p in s["ratio"])
+    if have:
+        slower = [p for p in s["median"] if s["median"][p].get(d) is not None
+                  and s["median"][p].get("fo-fast") is not None
+                  and s["median"][p][d] >= s["median"][p]["fo-fast"]]
+        compared = [p for p in s["median"] if s["median"][p].get(d) is not None
+                    and s["median"][p].get("fo-fast") is not None]
+        if compared:
+            target("faster than fuse-overlayfs fast options on every workload",
+                   "slower on: " + ",".join(slower) if slower else "all %d faster" % len(compared),
+                   not slower)
+        else:
+            target("faster than fuse-overlayfs fast options on every workload", None, None)
+        g = s["geomean"][d]
+        target("geometric mean <= 1.5x kernel", g, g is not None and g <= 1.5)
+        w = s["worst"][d]
+        target("no workload above 3x kernel", w[1] if w else None, w is not None and w[1] <= 3.0,
+               fmt="worst %%.2fx (%s)" % (w[0] if w else ""))
+        for p, lim in (("git_status_1", 2.0), ("git_status_2", 2.0), ("seq_read", 1.1), ("rand_read", 1.1)):
+            r = s["ratio"].get(p, {}).get(d)
+            target("%s <= %.1fx kernel" % (p, lim), r, None if r is None else r <= lim)
+        r = s["ratio"].get("copy_up_big", {}).get(d)
+        target("copy_up_big <= 0.5x kernel", r, None if r is None else r <= 0.5)
+    else:
+        for n in ("faster than fuse-overlayfs fast options on every workload", "geometric mean <= 1.5x kernel",
+                  "no workload above 3x kernel", "git_status <= 2x kernel", "seq_read/rand_read <= 1.1x kernel",
+                  "copy_up_big <= 0.5x kernel"):
+            target(n, None, None)
+    mem = (res.get("memory") or {}).get(d)
+    if mem and mem.get("bytes_per_inode") is not None:
+        target("<= 300 bytes per cached inode", float(mem["bytes_per_inode"]),
+               mem["bytes_per_inode"] <= 300, fmt="%.0f B")
+        target("no RSS growth across repeated walks", float(mem["growth_kib"]),
+               mem["growth_kib"] <= max(1024, 0.05 * mem["delta_kib"]), fmt="%+.0f KiB")
+    else:
+        target("<= 300 bytes per cached inode", None, None)
+        target("no RSS growth across repeated walks", None, None)
+    ses = res.get("session") or {}
+    for key, name, lim in (("diff", "diff of 10k changes <= 2x find -ls of the upper", 2.0),
+                           ("commit", "commit of 10k files <= 1.5x rsync -a", 1.5)):
+        r = (ses.get(key) or {}).get("ratio")
+        target(name, r, None if r is None else r <= lim)
+    return s
+
+
+def _f(x, fmt="%.3f"):
+    return "-" if x is None else fmt % x
+
+
+def _rows(res, s):
+    impls = res["impls"]
+    rows = []
+    for p in res["times"]:
+        rows.append((p, [s["median"][p][i] for i in impls], [s["ratio"][p][i] for i in impls]))
+    return impls, rows
+
+
+def render_text(res, s):
+    """The console report."""
+    impls, rows = _rows(res, s)
+    out = []
+    man = res["manifest"]
+    out.append("")
+    out.append("draftbox bench, %s, %s" % (res["started"], res["machine"]))
+    out.append("scale %g, %d repetitions, lower: %d entries + big.bin %d MiB; %.0fs total; "
+               "load avg at start/end %.1f/%.1f"
+               % (res["scale"], res["reps"], man["entries"], man["sizes"]["big_bytes"] >> 20,
+                  res.get("seconds", 0), res["load"][0][0], res["load"][-1][0]))
+    for i, why in res["unavailable"].items():
+        out.append("%s: %s" % (i, why))
+    w = max(14, max(len(r[0]) for r in rows) + 1) if rows else 14
+    hdr = "%-*s" % (w, "workload") + "".join("%12s" % i for i in impls)
+    out.append("")
+    out.append("median seconds")
+    out.append(hdr)
+    for p, med, _ in rows:
+        out.append("%-*s" % (w, p) + "".join("%12s" % _f(x) for x in med))
+    out.append("")
+    out.append("ratio to kernel overlayfs (median of per-repetition ratios)")
+    out.append(hdr)
+    for p, _, rat in rows:
+        out.append("%-*s" % (w, p) + "".join("%12s" % _f(x, "%.2fx") for x in rat))
+    out.append("%-*s" % (w, "geomean") + "".join("%12s" % _f(s["geomean"][i], "%.2fx") for i in impls))
+    out.append("")
+    out.append("FUSE daemon CPU seconds (median, user+sys of the daemon during the workload)")
+    fi = [i for i in impls if i not in ("plain", "ovl")]
+    out.append("%-*s" % (w, "workload") + "".join("%12s" % i for i in fi))
+    for wl, by in s["cpu"].items():
+        out.append("%-*s" % (w, wl) + "".join("%12s" % _f(by[i]) for i in fi))
+    out.extend(_session_lines(res))
+    out.append("")
+    out.append("targets (draftfs; informational)")
+    for t in s["targets"]:
+        out.append("  %-4s %-60s %s" % (t["verdict"], t["target"], t["value"] or ""))
+    if res["errors"]:
+        out.append("")
+        out.append("FAILURES")
+        out.extend("  " + e for e in res["errors"])
+    return "\n".join(out)
+
+
+def _session_lines(res):
+    out = []
+    ses = res.get("session")
+    if ses is not None:
+        out.append("")
+        out.append("session-level (median seconds)")
+        mt = ses.get("mount") or {}
+        for i, v in mt.items():
+            out.append("  mount time %-22s %s" % (i, _f(v) if not isinstance(v, str) else v))
+        for key in ("launcher", "diff", "commit"):
+            v = ses.get(key)
+            if v is None:
+                continue
+            if "unavailable" in v:
+                out.append("  %-33s %s" % (key, v["unavailable"]))
+            else:
+                out.append("  %-33s %s" % (key, v["text"]))
+    mem = res.get("memory")
+    if mem is not None:
+        out.append("")
+        out.append("memory: daemon RSS over a stat walk of the wide tree")
+        for i, v in mem.items():
+            if "unavailable" in v:
+                out.append("  %-12s %s" % (i, v["unavailable"]))
+            else:
+                out.append("  %-12s %d entries: RSS %d -> %d KiB (peak %d KiB), %.0f B/inode, "
+                           "after repeated walks %s KiB"
+                           % (i, v["entries"], v["rss0_kib"], v["rss1_kib"], v["hwm_kib"],
+                              v["bytes_per_inode"], " ".join("%d" % x for x in v["walks_kib"])))
+    return out
+
+
+def render_markdown(res, s):
+    """The tables for docs/performance.md."""
+    impls, rows = _rows(res, s)
+    man = res["manifest"]
+    out = []
+    out.append("Run %s on %s. Scale %g (%d entries in the lower, big.bin %d MiB), %d repetitions, "
+               "%.0f s in total; load average %.1f at the start, %.1f at the end."
+               % (res["started"], res["machine"], res["scale"], man["entries"], man["sizes"]["big_bytes"] >> 20,
+                  res["reps"], res.get("seconds", 0), res["load"][0][0], res["load"][-1][0]))
+    out.append("")
+    for i, why in res["unavailable"].items():
+        out.append("- %s: %s" % (i, why))
+    out.append("")
+    out.append("| workload | " + " | ".join("%s s" % i for i in impls) + " | "
+               + " | ".join("%s / ovl" % i for i in impls if i != "ovl") + " |")
+    out.append("|---" * (1 + len(impls) + len(impls) - 1) + "|")
+    for p, med, rat in rows:
+        out.append("| %s | " % p + " | ".join(_f(x) for x in med) + " | "
+                   + " | ".join(_f(x, "%.2fx") for i, x in zip(impls, rat) if i != "ovl") + " |")
+    out.append("| **geomean** | " + " | ".join("" for _ in impls) + " | "
+               + " | ".join(_f(s["geomean"][i], "**%.2fx**") for i in impls if i != "ovl") + " |")
+    out.append("")
+    fi = [i for i in impls if i not in ("plain", "ovl")]
+    out.append("FUSE daemon CPU seconds during each workload (median):")
+    out.append("")
+    out.append("| workload | " + " | ".join(fi) + " |")
+    out.append("|---" * (1 + len(fi)) + "|")
+    for wl, by in s["cpu"].items():
+        out.append("| %s | " % wl + " | ".join(_f(by[i]) for i in fi) + " |")
+    extra = _session_lines(res)
+    if extra:
+        out.append("")
+        out.append("```")
+        out.extend(x for x in extra if x)
+        out.append("```")
+    out.append("")
+    out.append("| target (draftfs) | value | verdict |")
+    out.append("|---|---|---|")
+    for t in s["targets"]:
+        out.append("| %s | %s | %s |" % (t["target"], t["value"] or "-", t["verdict"]))
+    if res["errors"]:
+        out.append("")
+        out.append("Failures:")
+        out.append("")
+        out.extend("- " + e for e in res["errors"])
+    return "\n".join(out) + "\n"

@@ -1,0 +1,287 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Session-level figures, the memory walk and the daemon profile.
+
+- mount time of each implementation over the big lower;
+- `draftbox-run -- true` against bare bwrap;
+- `draftfs diff MNT` (JSON) of N changed files against `find -ls` of the
+  upper, and `draftfs commit MNT` of N new small files against `rsync -a`
+  of the same files;
+- RSS of each FUSE daemon over a stat walk of the wide tree (100k files at
+  scale 1), and across repeated walks with caches dropped in between;
+- perf samples of the draftfs daemon over a few workloads (--profile).
+
+Parts whose programs do not exist yet say "not available yet".
+"""
+import json
+import os
+import signal
+import statistics
+import subprocess
+import time
+
+import impls
+
+BWRAP = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--unshare-ipc",
+         "--unshare-uts", "--unshare-net", "--new-session", "--die-with-parent", "true"]
+
+
+def _drop():
+    subprocess.run(["sync"], check=True)
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def _timed(argv, **kw):
+    t0 = time.monotonic()
+    r = subprocess.run(argv, stdout=kw.pop("stdout", subprocess.DEVNULL), stderr=subprocess.PIPE, **kw)
+    return time.monotonic() - t0, r
+
+
+def _med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def _draftfs(active):
+    for i in active:
+        if i.name == "draftfs":
+            return i
+    return None
+
+
+def _reason(unavailable, name):
+    why = unavailable.get(name, "not available yet")
+    return why if why.startswith("not available") else "not available (%s)" % why
+
+
+def _mkfiles(root, n, size):
+    buf = b"y" * size
+    for i in range(n):
+        if i % 500 == 0:
+            d = os.path.join(root, "d%03d" % (i // 500))
+            os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "f%05d" % i), "wb") as f:
+            f.write(buf)
+
+
+def run_session(suite, active, unavailable, args, log):
+    """Returns the session-level results dict."""
+    out = {"mount": {}}
+    reps = 2 if args.quick else 5
+    log("session: mount time")
+    for impl in active:
+        if impl.name == "plain":
+            continue
+        ts = []
+        for _ in range(reps):
+            _drop()
+            m = suite.mount(impl)
+            ts.append(m.mount_seconds)
+            suite.umount(m)
+        out["mount"][impl.name] = _med(ts)
+    if "draftfs" in unavailable:
+        out["mount"]["draftfs"] = _reason(unavailable, "draftfs")
+    out["launcher"] = _launcher(suite, args, log)
+    d = _draftfs(active)
+    if d is None:
+        out["diff"] = {"unavailable": _reason(unavailable, "draftfs")}
+        out["commit"] = {"unavailable": _reason(unavailable, "draftfs")}
+    else:
+        out["diff"], out["commit"] = _control(suite, d, args, log)
+    return out
+
+
+def _launcher(suite, args, log):
+    exe = os.path.join(args.build_dir, "launcher", "draftbox-run")
+    if not os.access(exe, os.X_OK):
+        return {"unavailable": "not available yet (no %s)" % exe}
+    log("session: draftbox-run -- true against bare bwrap")
+    ws = suite.scratch()
+    runs = 5 if args.quick else 20
+    variants = {"ro": [exe, "--workspace", ws, "--mode", "ro", "--", "true"],
+                "overlay": [exe, "--workspace", ws, "--", "true"]}
+    res = {"bwrap": [], "ro": [], "overlay": []}
+    bad = {}
+    for k in range(runs):
+        t, r = _timed(BWRAP)
+        if r.returncode != 0:
+            return {"unavailable": "bare bwrap failed: %s" % r.stderr.decode(errors="replace").strip()[-200:]}
+        res["bwrap"].append(t)
+        for v, argv in variants.items():
+            if v in bad:
+                continue
+            t, r = _timed(argv)
+            if r.returncode != 0:
+                bad[v] = "exit %d: %s" % (r.returncode, r.stderr.decode(errors="replace").strip()[-200:])
+                continue
+            res[v].append(t)
+    b = _med(res["bwrap"])
+    parts = ["bwrap %.3fs" % b]
+    out = {"bwrap": b}
+    for v in variants:
+        if v in bad:
+            parts.append("draftbox-run --mode %s: failed (%s)" % (v, bad[v]))
+            out[v] = None
+        else:
+            out[v] = _med(res[v])
+            parts.append("draftbox-run --mode %s -- true %.3fs (%.1fx)" % (v, out[v], out[v] / b))
+    out["text"] = "; ".join(parts)
+    if len(bad) == len(variants):
+        out["unavailable"] = "draftbox-run -- true fails: " + "; ".join(bad.values())
+    return out
+
+
+def _control(suite, d, args, log):
+    n = suite.man["sizes"]["ctl_files"]
+    reps = 2 if args.quick else 3
+    diff = {"draftfs": [], "find": [], "ratios": []}
+    commit = {"draftfs": [], "rsync": [], "ratios": []}
+    derr = cerr = None
+    log("session: diff and commit of %d files" % n)
+    for rep in range(reps):
+        # diff: N changed lower files.
+        base = suite.scratch()
+        lower = os.path.join(base, "lower")
+        _mkfiles(lower, n, 200)
+        m = suite.mount(d, lower=lower)
+        try:
+            for dirpath, _, files in os.walk(m.root):
+                for f in files:
+                    with open(os.path.join(dirpath, f), "ab") as fh:
+                        fh.write(b"z")
+            upper = os.path.join(m.scratch, "upper")
+            if derr is None:
+                _drop()
+                t1, r = _timed([d.binary, "diff", m.root], stdout=subprocess.PIPE)
+                ok = r.returncode == 0
+                if ok:
+                    try:
+                        doc = json.loads(r.stdout)
+                        got = len(doc.get("changes", []))
+                        if got < n:
+                            derr = "draftfs diff listed %d changes, expected %d" % (got, n)
+                    except ValueError:
+                        derr = "draftfs diff output is not JSON"
+                else:
+                    derr = "draftfs diff: exit %d: %s" % (r.returncode,
+                                                          r.stderr.decode(errors="replace").strip()[-200:])
+                if derr is None:
+                    _drop()
+                    t2, r2 = _timed(["find", upper, "-ls"])
+                    diff["draftfs"].append(t1)
+                    diff["find"].append(t2)
+                    diff["ratios"].append(t1 / t2)
+        finally:
+            suite.umount(m)
+            subprocess.run(["rm", "-rf", base])
+        # commit: N new small files.
+        if cerr is None:
+            base = suite.scratch()
+            lower = os.path.join(base, "lower")
+            dest = os.path.join(base, "rsync-dest")
+            os.makedirs(lower)
+            os.makedirs(dest)
+            m = suite.mount(d, lower=lower)
+            try:
+                _mkfiles(os.path.join(m.root, "new"), n, 2048)
+                upper = os.path.join(m.scratch, "upper")
+                _drop()
+                t2, r2 = _timed(["rsync", "-a", os.path.join(upper, "new") + "/", os.path.join(dest, "new") + "/"])
+                _drop()
+                t1, r = _timed([d.binary, "commit", m.root])
+                if r.returncode != 0:
+                    cerr = "draftfs commit: exit %d: %s" % (r.returncode,
+                                                            r.stderr.decode(errors="replace").strip()[-200:])
+                else:
+                    got = sum(len(f) for _, _, f in os.walk(os.path.join(lower, "new")))
+                    if got != n:
+                        cerr = "draftfs commit left %d of %d files in the lower" % (got, n)
+                    else:
+                        commit["draftfs"].append(t1)
+                        commit["rsync"].append(t2)
+                        commit["ratios"].append(t1 / t2)
+            finally:
+                suite.umount(m)
+                subprocess.run(["rm", "-rf", base])
+        if derr and cerr:
+            break
+    out = []
+    for name, res, err, other in (("diff", diff, derr, "find"), ("commit", commit, cerr, "rsync")):
+        if err:
+            out.append({"unavailable": "not available yet (%s)" % err})
+            continue
+        r = _med(res["ratios"])
+        res["ratio"] = r
+        res["text"] = ("draftfs %s %.3fs vs %s %.3fs: %.2fx (%d files)"
+                       % (name, _med(res["draftfs"]), "find -ls of the upper" if other == "find" else "rsync -a",
+                          _med(res[other]), r, n))
+        out.append(res)
+    return out[0], out[1]
+
+
+def run_memory(suite, active, unavailable, args, log):
+    """RSS of each FUSE daemon over stat walks of the wide tree."""
+    out = {}
+    wide = suite.man["wide"]
+    for impl in active:
+        if not impl.fuse or impl.name == "fo-default":
+            continue
+        log("memory: %s over %d entries" % (impl.name, suite.man["wide_entries"]))
+        m = suite.mount(impl, lower=wide)
+        try:
+            _drop()
+            rss0, _ = m.rss()
+            walks = []
+            for k in range(4):
+                if k:
+                    _drop()
+                r = subprocess.run("find . -ls | wc -l", shell=True, cwd=m.root, stdout=subprocess.PIPE, check=True)
+                n = int(r.stdout) - 1
+                if k == 0:
+                    rss1, hwm = m.rss()
+                walks.append(m.rss()[0])
+            _, hwm = m.rss()
+            out[impl.name] = {
+                "entries": n, "rss0_kib": rss0, "rss1_kib": rss1, "hwm_kib": hwm,
+                "delta_kib": rss1 - rss0, "bytes_per_inode": (rss1 - rss0) * 1024.0 / max(1, n),
+                "walks_kib": walks, "growth_kib": walks[-1] - walks[0],
+            }
+        finally:
+            suite.umount(m)
+    if "draftfs" in unavailable:
+        out["draftfs"] = {"unavailable": _reason(unavailable, "draftfs")}
+    return out
+
+
+def run_profile(suite, active, wls, args, log):
+    """perf samples of the draftfs daemon over read-mostly workloads; returns the report text."""
+    d = _draftfs(active)
+    if d is None:
+        return "draftfs not available"
+    if subprocess.run(["perf", "--version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode:
+        return "perf not installed (linux-perf)"
+    res = {}
+    for w in wls:
+        if w.name not in ("stat_all", "read_all", "git_status", "create_small", "metadata_mix", "build"):
+            continue
+        m = suite.mount(d)
+        data = os.path.join(m.scratch, "..", "perf-%s.data" % w.name)
+        try:
+            _drop()
+            perf = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "2000", "-g",
+                                     "-p", str(m.pid), "-o", data], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            time.sleep(0.5)
+            for _, argv in w.phases:
+                subprocess.run(argv, cwd=m.root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            perf.send_signal(signal.SIGINT)
+            perf.wait()
+        finally:
+            suite.umount(m)
+        r = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children", "--sort", "symbol",
+                            "-g", "none", "--percent-limit", "1.5"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
+        lines = [x for x in r.stdout.splitlines() if x.strip() and not x.startswith("#")]
+        res[w.name] = lines[:25]
+        log("profile %s:\n  %s" % (w.name, "\n  ".join(lines[:15])))
+    return res
