@@ -1,0 +1,872 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * Commit (commit.h). Phases, all under the session lock and, when mounted,
+ * with writers quiesced:
+ *
+ *   check   change list of the selection; refuse conflicts, setuid/setgid,
+ *           special files, security./trusted. xattrs, bad selections.
+ *   intent  write the journal (fsync file + dir).
+ *   stage   for every file/symlink: a temp file ".#draftfs.<hash>" in its
+ *           target directory with the new content and metadata; dirs are
+ *           created or updated; one syncfs() of the target at the end.
+ *   apply   in path order: deletions (no symlink followed), renames of the
+ *           temps over their names; one syncfs() of the target.
+ *   prune   drop everything inside the selection from upper (whiteouts
+ *           stay where a base layer still has the name; opaque dirs are
+ *           turned into plain dirs + whiteouts for base-only names); one
+ *           syncfs() of upper; remove the journal.
+ *
+ * Every target directory is reached with openat2(RESOLVE_BENEATH|
+ * RESOLVE_NO_SYMLINKS) or an O_NOFOLLOW walk and kept as an fd, so a
+ * directory swapped for a symlink while we work is never followed.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "commit.h"
+#include "ctl-ops.h"
+#include "diff.h"
+#include "fdpath.h"
+#include "journal.h"
+#include "json-util.h"
+#include "registry.h"
+
+struct origin {
+	int layer;
+	unsigned long long dev, ino;
+	long long size, mtime_s, ctime_s;
+	long mtime_ns, ctime_ns;
+};
+
+static int origin_parse(const char *s, struct origin *o)
+{
+	unsigned mode;
+
+	if (sscanf(s, "v1 layer=%d dev=%llu ino=%llu size=%lld mtime=%lld.%ld ctime=%lld.%ld mode=%o", &o->layer,
+	           &o->dev, &o->ino, &o->size, &o->mtime_s, &o->mtime_ns, &o->ctime_s, &o->ctime_ns, &mode) != 9)
+		return -EINVAL;
+	return 0;
+}
+
+struct commit {
+	const struct ovl_ctl_env *env;
+	const struct ovl_sel *sel;
+	const struct ovl_commit_opts *opts;
+	struct ovl_changes *changes;
+	int target_fd; /* lower_fds[0] */
+	struct stat target_root;
+	/* cache of the last target directory reached */
+	char *dir_path;
+	int dir_fd;
+	cJSON *kept;
+	cJSON *committed;
+};
+
+static int commit_error_paths(cJSON **ret_error, int r, const char *code, cJSON *details, const char *what)
+{
+	cJSON *paths = cJSON_CreateArray(), *d;
+	const char *first = NULL;
+	int n = 0;
+
+	cJSON_ArrayForEach(d, details) {
+		const char *p = NULL;
+
+		(void)json_get_string(d, "path", &p);
+		if (p) {
+			cJSON_AddItemToArray(paths, cJSON_CreateString(p));
+			if (!first)
+				first = p;
+			n++;
+		}
+	}
+	r = ovl_ctl_error(ret_error, r, code, paths, "commit refused: %s: '%s'%s", what, first ?: "",
+	                  n > 1 ? " and more (see paths)" : "");
+	if (ret_error && *ret_error)
+		cJSON_AddItemToObject(*ret_error, "details", details);
+	else
+		cJSON_Delete(details);
+	return r;
+}
+
+static void add_detail(cJSON **list, const char *path, const char *reason)
+{
+	cJSON *d;
+
+	if (!*list)
+		*list = cJSON_CreateArray();
+	d = cJSON_CreateObject();
+	if (!*list || !d) {
+		cJSON_Delete(d);
+		return;
+	}
+	cJSON_AddStringToObject(d, "path", path);
+	cJSON_AddStringToObject(d, "reason", reason);
+	cJSON_AddItemToArray(*list, d);
+}
+
+/* The nearest earlier change that is an ancestor of c->v[i] and has its own upper entry, or NULL. */
+static const struct ovl_change *shadowing_ancestor(const struct ovl_changes *c, size_t i)
+{
+	for (size_t j = i; j-- > 0;)
+		if (c->v[j].own_upper && ovl_path_has_prefix(c->v[i].path, c->v[j].path))
+			return &c->v[j];
+	return NULL;
+}
+
+static bool ts_after(struct timespec a, struct timespec b)
+{
+	return a.tv_sec > b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec > b.tv_nsec);
+}
+
+/* Conflicts: the workspace changed under a path since the session shadowed it. */
+static void check_conflicts(struct commit *cm, cJSON **list)
+{
+	const struct ovl_changes *c = cm->changes;
+
+	for (size_t i = 0; i < c->n; i++) {
+		const struct ovl_change *e = &c->v[i];
+		struct origin o;
+
+		if (e->own_upper && e->has_origin) {
+			if (origin_parse(e->origin, &o) < 0) {
+				add_detail(list, e->path, "unreadable origin record");
+				continue;
+			}
+			if (e->old_type == OVL_FT_NONE) {
+				add_detail(list, e->path, "deleted in the workspace since the session changed it");
+				continue;
+			}
+			if (o.layer != e->old_layer || o.dev != (unsigned long long)e->old.dev ||
+			    o.ino != (unsigned long long)e->old.ino ||
+			    (e->old_type != OVL_FT_DIR &&
+			     (o.size != (long long)e->old.size || o.mtime_s != (long long)e->old.mtime.tv_sec ||
+			      o.mtime_ns != e->old.mtime.tv_nsec || o.ctime_s != (long long)e->old.ctime.tv_sec ||
+			      o.ctime_ns != e->old.ctime.tv_nsec))) {
+				add_detail(list, e->path,
+				           e->status == OVL_DELETED ? "deleted in the session but changed in the workspace"
+				                                    : "changed in the workspace since the session shadowed it");
+			}
+			continue;
+		}
+		if (!e->own_upper && e->status == OVL_DELETED) {
+			/* Inside a deleted or replaced directory: changed since the session deleted it? */
+			const struct ovl_change *a = shadowing_ancestor(c, i);
+
+			if (a && a->has_origin && ts_after(e->old.ctime, a->new.ctime))
+				add_detail(list, e->path, "deleted in the session but changed in the workspace");
+		}
+	}
+}
+
+static bool xattr_is_refused(const char *item)
+{
+	return strncmp(item, "security.", 9) == 0 || strncmp(item, "trusted.", 8) == 0;
+}
+
+static int upper_parent(struct commit *cm, const char *path, const char **ret_name)
+{
+	return openat_beneath_parent(cm->env->layers->upper_fd, path, ret_name);
+}
+
+/* Refusals: setuid/setgid, special files, security./trusted. xattrs; and unusable selections. */
+static int check_refusals(struct commit *cm, cJSON **list)
+{
+	const struct ovl_changes *c = cm->changes;
+
+	for (size_t i = 0; i < c->n; i++) {
+		const struct ovl_change *e = &c->v[i];
+
+		if (e->new_type == OVL_FT_NONE)
+			continue;
+		if (!cm->opts->allow_setid && e->new_type != OVL_FT_SYMLINK && (e->new.mode & (S_ISUID | S_ISGID)) &&
+		    e->new_type != OVL_FT_DIR)
+			add_detail(list, e->path, "setuid/setgid bit");
+		if (!cm->opts->allow_special && e->new_type == OVL_FT_OTHER)
+			add_detail(list, e->path, "device node, FIFO or socket");
+		if (!cm->opts->allow_xattrs && e->new_type != OVL_FT_SYMLINK) {
+			_cleanup_strv_free_ char **x = NULL;
+			_cleanup_close_ int pfd = -1;
+			const char *name;
+
+			pfd = upper_parent(cm, e->path, &name);
+			if (pfd >= 0 && ovl_list_xattrs_at(pfd, name, &x) > 0)
+				for (char **s = x; *s; s++)
+					if (xattr_is_refused(*s)) {
+						add_detail(list, e->path, "security.* or trusted.* xattr");
+						break;
+					}
+		}
+	}
+	return 0;
+}
+
+/* A selected change inside an unselected directory that replaced a non-directory cannot be committed alone. */
+static int check_selection_shape(struct commit *cm, cJSON **list)
+{
+	const struct ovl_changes *c = cm->changes;
+
+	if (cm->sel->n == 0)
+		return 0;
+	for (size_t i = 0; i < c->n; i++)
+		for (size_t j = 0; j < i; j++) {
+			const struct ovl_change *a = &c->v[j];
+
+			if (a->status == OVL_TYPE_CHANGED && a->new_type == OVL_FT_DIR &&
+			    ovl_path_has_prefix(c->v[i].path, a->path) && strcmp(c->v[i].path, a->path) != 0 &&
+			    ovl_sel_match(cm->sel, a->path) != OVL_SEL_INSIDE) {
+				add_detail(list, c->v[i].path, "inside a directory that replaced a file; select the directory");
+				break;
+			}
+		}
+	return 0;
+}
+
+static void owner_for(struct commit *cm, const struct stat *existing, const struct ovl_meta *upper, uid_t *uid,
+                      gid_t *gid)
+{
+	switch (cm->opts->owner) {
+	case OVL_OWNER_PRESERVE:
+		*uid = upper->uid;
+		*gid = upper->gid;
+		return;
+	case OVL_OWNER_FIXED:
+		*uid = cm->opts->uid;
+		*gid = cm->opts->gid;
+		return;
+	case OVL_OWNER_WORKSPACE:
+		break;
+	}
+	*uid = existing ? existing->st_uid : cm->target_root.st_uid;
+	*gid = existing ? existing->st_gid : cm->target_root.st_gid;
+}
+
+/*
+ * Returns an O_PATH fd (owned by the cache, do not close) of target dir
+ * @dir ("" is the root), creating missing components with the view's
+ * metadata. Never follows a symlink: a symlink or file in the way is
+ * -ENOTDIR.
+ */
+static void cache_drop(struct commit *cm)
+{
+	cm->dir_path = (free(cm->dir_path), NULL);
+	cm->dir_fd = safe_close(cm->dir_fd);
+}
+
+static int target_dir(struct commit *cm, const char *dir, bool create)
+{
+	_cleanup_free_ char *copy = NULL, *sofar = NULL;
+	_cleanup_close_ int cur = -1;
+	char *p, *slash;
+
+	if (cm->dir_path && strcmp(cm->dir_path, dir) == 0)
+		return cm->dir_fd;
+	copy = strdup(dir);
+	sofar = calloc(1, strlen(dir) + 1);
+	if (!copy || !sofar)
+		return -ENOMEM;
+	cur = openat(cm->target_fd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (cur < 0)
+		return -errno;
+	for (p = copy; *p; p = slash + 1) {
+		int fd;
+
+		slash = strchr(p, '/');
+		if (slash)
+			*slash = '\0';
+		if (*sofar)
+			strcat(sofar, "/");
+		strcat(sofar, p);
+		fd = openat(cur, p, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0 && errno == ENOENT && create) {
+			/* Missing in the target: create it like the view has it (upper, else a base layer). */
+			_cleanup_close_ int ufd = openat_beneath(cm->env->layers->upper_fd, sofar, O_PATH, 0);
+			struct ovl_meta m = { .mode = S_IFDIR | 0755 };
+			struct stat st;
+			int layer;
+			uid_t uid;
+			gid_t gid;
+
+			if (ufd >= 0 && fstat(ufd, &st) == 0 && S_ISDIR(st.st_mode))
+				m = (struct ovl_meta){ .mode = st.st_mode, .uid = st.st_uid, .gid = st.st_gid };
+			else if (ovl_lower_lookup_path(cm->env->layers, sofar, &st, &layer, NULL) > 0 &&
+			         S_ISDIR(st.st_mode))
+				m = (struct ovl_meta){ .mode = st.st_mode, .uid = st.st_uid, .gid = st.st_gid };
+			if (mkdirat(cur, p, 0700) < 0 && errno != EEXIST)
+				return -errno;
+			fd = openat(cur, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (fd < 0)
+				return errno == ELOOP ? -ENOTDIR : -errno;
+			owner_for(cm, NULL, &m, &uid, &gid);
+			if (fchown(fd, uid, gid) < 0 || fchmod(fd, m.mode & 07777) < 0) {
+				int r = -errno;
+
+				safe_close(fd);
+				return r;
+			}
+			ovl_fault_point("mkdir");
+		}
+		if (fd < 0)
+			return errno == ELOOP ? -ENOTDIR : -errno;
+		safe_close(cur);
+		cur = fd;
+		if (!slash)
+			break;
+	}
+	free(cm->dir_path);
+	safe_close(cm->dir_fd);
+	cm->dir_path = TAKE_PTR(copy);
+	strcpy(cm->dir_path, dir);
+	cm->dir_fd = TAKE_FD(cur);
+	return cm->dir_fd;
+}
+
+static void split_path(const char *path, char **ret_dir, const char **ret_name)
+{
+	const char *slash = strrchr(path, '/');
+
+	*ret_dir = slash ? strndup(path, (size_t)(slash - path)) : strdup("");
+	*ret_name = slash ? slash + 1 : path;
+}
+
+static uint64_t fnv1a(const char *s)
+{
+	uint64_t h = 1469598103934665603ULL;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+	return h;
+}
+
+static void tmp_name(char buf[64], const char *path)
+{
+	snprintf(buf, 64, ".#draftfs.%016" PRIx64, fnv1a(path));
+}
+
+static int copy_xattrs(struct commit *cm, int upfd, const char *uname, int out_fd, const char *out_proc_path)
+{
+	_cleanup_strv_free_ char **x = NULL;
+	int r;
+
+	r = ovl_list_xattrs_at(upfd, uname, &x);
+	if (r <= 0)
+		return r;
+	for (char **s = x; *s; s++) {
+		_cleanup_free_ char *val = NULL;
+		char *eq = strchr(*s, '=');
+		ssize_t n;
+
+		if (!eq)
+			continue;
+		*eq = '\0';
+		if (xattr_is_refused(*s) && !cm->opts->allow_xattrs)
+			continue;
+		n = ovl_get_xattr_at(upfd, uname, *s, &val);
+		if (n < 0)
+			continue;
+		if (out_fd >= 0 ? fsetxattr(out_fd, *s, val, (size_t)n, 0) < 0
+		                : lsetxattr(out_proc_path, *s, val, (size_t)n, 0) < 0)
+			if (errno != ENOTSUP && errno != EPERM)
+				return -errno;
+	}
+	return 0;
+}
+
+/* Stages the new content of change @e: a temp entry next to its target name. */
+static int stage_entry(struct commit *cm, const struct ovl_change *e)
+{
+	_cleanup_free_ char *dir = NULL;
+	_cleanup_close_ int upfd = -1, in = -1, out = -1;
+	const char *name, *uname;
+	struct stat existing;
+	bool has_existing;
+	char tmp[64];
+	uid_t uid;
+	gid_t gid;
+	int dfd, r;
+
+	split_path(e->path, &dir, &name);
+	if (!dir)
+		return -ENOMEM;
+	dfd = target_dir(cm, dir, true);
+	if (dfd < 0)
+		return dfd;
+	upfd = upper_parent(cm, e->path, &uname);
+	if (upfd < 0)
+		return upfd;
+	has_existing = fstatat(dfd, name, &existing, AT_SYMLINK_NOFOLLOW) == 0;
+	owner_for(cm, has_existing ? &existing : NULL, &e->new, &uid, &gid);
+
+	if (e->new_type == OVL_FT_DIR) {
+		_cleanup_close_ int fd = -1;
+
+		if (has_existing && !S_ISDIR(existing.st_mode))
+			return 0; /* type change file -> dir: done in the apply phase */
+		if (!has_existing && mkdirat(dfd, name, 0700) < 0 && errno != EEXIST)
+			return -errno;
+		fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			return errno == ELOOP ? -ENOTDIR : -errno;
+		if (fchown(fd, uid, gid) < 0 || fchmod(fd, e->new.mode & 07777) < 0)
+			return -errno;
+		r = copy_xattrs(cm, upfd, uname, fd, NULL);
+		if (r < 0)
+			return r;
+		ovl_fault_point("stage-dir");
+		return 0;
+	}
+
+	tmp_name(tmp, e->path);
+	if (unlinkat(dfd, tmp, 0) < 0 && errno != ENOENT)
+		return -errno;
+	if (e->new_type == OVL_FT_SYMLINK) {
+		struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, e->new.mtime };
+
+		if (symlinkat(e->new.target, dfd, tmp) < 0)
+			return -errno;
+		if (fchownat(dfd, tmp, uid, gid, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    utimensat(dfd, tmp, ts, AT_SYMLINK_NOFOLLOW) < 0)
+			return -errno;
+	} else if (e->new_type == OVL_FT_OTHER) {
+		if (mknodat(dfd, tmp, e->new.mode, e->new.rdev) < 0)
+			return -errno;
+		if (fchownat(dfd, tmp, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
+			return -errno;
+	} else {
+		struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, { 0 } };
+		struct stat ist;
+
+		in = openat(upfd, uname, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+		if (in < 0)
+			return -errno;
+		if (fstat(in, &ist) < 0)
+			return -errno;
+		if (!S_ISREG(ist.st_mode))
+			return -EBUSY; /* replaced under us */
+		out = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (out < 0)
+			return -errno;
+		r = ovl_copy_fd(in, out, (uint64_t)ist.st_size);
+		if (r < 0)
+			return r;
+		if (fchown(out, uid, gid) < 0 || fchmod(out, ist.st_mode & 07777) < 0)
+			return -errno;
+		r = copy_xattrs(cm, upfd, uname, out, NULL);
+		if (r < 0)
+			return r;
+		ts[1] = ist.st_mtim;
+		if (futimens(out, ts) < 0)
+			return -errno;
+	}
+	ovl_fault_point("stage");
+	return 0;
+}
+
+/* Applies change @e in the target: deletion or rename of the staged temp. */
+static int apply_entry(struct commit *cm, const struct ovl_change *e)
+{
+	_cleanup_free_ char *dir = NULL;
+	const char *name;
+	struct stat st;
+	char tmp[64];
+	int dfd, r;
+
+	split_path(e->path, &dir, &name);
+	if (!dir)
+		return -ENOMEM;
+	if (e->new_type == OVL_FT_NONE && e->old_layer != 0)
+		return 0; /* only a base layer has it: nothing in the target */
+	dfd = target_dir(cm, dir, e->new_type != OVL_FT_NONE);
+	if (dfd < 0 && e->new_type == OVL_FT_NONE && (dfd == -ENOENT || dfd == -ENOTDIR))
+		return 0; /* its directory is already gone */
+	if (dfd < 0)
+		return dfd;
+	if (e->new_type == OVL_FT_NONE) {
+		r = ovl_rm_rf_at(dfd, name, 0);
+		cache_drop(cm);
+		if (r < 0)
+			return r;
+		ovl_fault_point("delete");
+		return 0;
+	}
+	if (e->new_type == OVL_FT_DIR) {
+		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode)) {
+			/* file -> dir: the old entry goes, the directory comes */
+			if (unlinkat(dfd, name, 0) < 0)
+				return -errno;
+			cache_drop(cm);
+			return stage_entry(cm, e);
+		}
+		return 0;
+	}
+	tmp_name(tmp, e->path);
+	if (fstatat(dfd, tmp, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno; /* already renamed (recovery) */
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+		r = ovl_rm_rf_at(dfd, name, 0);
+		if (r < 0)
+			return r;
+		/* the cache may point into what was removed; dfd stays valid until the next target_dir() */
+		dfd = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
+		if (dfd < 0)
+			return -errno;
+		cache_drop(cm);
+		if (renameat(dfd, tmp, dfd, name) < 0) {
+			r = -errno;
+			safe_close(dfd);
+			return r;
+		}
+		safe_close(dfd);
+		ovl_fault_point("rename");
+		return 0;
+	}
+	if (renameat(dfd, tmp, dfd, name) < 0)
+		return -errno;
+	ovl_fault_point("rename");
+	return 0;
+}
+
+static int make_whiteout(int dir_fd, const char *name)
+{
+	if (mknodat(dir_fd, name, S_IFCHR | 0000, makedev(0, 0)) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+/*
+ * Drops the opaque flag of upper dir @ufd at @path, after adding whiteouts
+ * for the names that only a base layer (below the target) would show.
+ */
+static int deopacify(struct commit *cm, int ufd, const char *path)
+{
+	_cleanup_strv_free_ char **names = NULL;
+	struct ovl_lstack ls = { 0 };
+	struct stat st;
+	int layer, r;
+
+	r = ovl_lower_lookup_path(cm->env->layers, path, &st, &layer, &ls);
+	if (r > 0 && S_ISDIR(st.st_mode)) {
+		for (size_t i = 0; i < ls.n; i++) {
+			_cleanup_closedir_ DIR *d = NULL;
+			struct dirent *de;
+			int fd;
+
+			if (ls.layer[i] == 0)
+				continue;
+			fd = openat(ls.fds[i], ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			if (fd < 0 || !(d = fdopendir(fd))) {
+				safe_close(fd);
+				continue;
+			}
+			while ((de = readdir(d))) {
+				struct stat ust, vst;
+				int vl;
+
+				if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+					continue;
+				if (fstatat(ufd, de->d_name, &ust, AT_SYMLINK_NOFOLLOW) == 0)
+					continue;
+				if (ovl_lstack_lookup(&ls, de->d_name, &vst, &vl, NULL) > 0 && vl != 0) {
+					r = make_whiteout(ufd, de->d_name);
+					if (r < 0) {
+						ovl_lstack_done(&ls);
+						return r;
+					}
+				}
+			}
+		}
+	}
+	ovl_lstack_done(&ls);
+	if (fremovexattr(ufd, OVL_XATTR_OPAQUE) < 0 && errno != ENODATA)
+		return -errno;
+	return 0;
+}
+
+/*
+ * Prune: removes the entries inside the selection from upper dir @ufd at
+ * @dirpath, bottom-up. @protected: an unselected opaque ancestor stays in
+ * upper, so its selected content must stay too (it now equals the target).
+ */
+static int prune_dir(struct commit *cm, const char *dirpath, int ufd, bool protected)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	int fd, r = 0;
+
+	fd = openat(ufd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		safe_close(fd);
+		return -errno;
+	}
+	while ((de = readdir(d))) {
+		_cleanup_free_ char *path = NULL;
+		enum ovl_sel_match m;
+		struct stat st;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		path = ovl_path_join(dirpath, de->d_name);
+		if (!path)
+			return -ENOMEM;
+		m = ovl_sel_match(cm->sel, path);
+		if (m == OVL_SEL_NONE)
+			continue;
+		if (fstatat(ufd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (S_ISDIR(st.st_mode)) {
+			_cleanup_close_ int cfd = openat(ufd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			bool opq;
+
+			if (cfd < 0)
+				return -errno;
+			opq = ovl_dir_is_opaque(cfd);
+			r = prune_dir(cm, path, cfd, protected || (opq && m != OVL_SEL_INSIDE));
+			if (r < 0)
+				return r;
+			if (m != OVL_SEL_INSIDE || protected)
+				continue;
+			if (opq) {
+				r = deopacify(cm, cfd, path);
+				if (r < 0)
+					return r;
+			}
+			if (unlinkat(ufd, de->d_name, AT_REMOVEDIR) < 0 && errno != ENOTEMPTY && errno != EEXIST)
+				return -errno;
+			ovl_fault_point("prune-dir");
+			continue;
+		}
+		if (m != OVL_SEL_INSIDE || protected)
+			continue;
+		if (ovl_is_whiteout(&st)) {
+			struct stat lst;
+			int layer;
+
+			r = ovl_lower_lookup_path(cm->env->layers, path, &lst, &layer, NULL);
+			if (r < 0)
+				return r;
+			if (r > 0) {
+				add_detail(&cm->kept, path, "a base layer below the commit target still has this name");
+				continue;
+			}
+		}
+		if (unlinkat(ufd, de->d_name, 0) < 0 && errno != ENOENT)
+			return -errno;
+		ovl_fault_point("prune");
+	}
+	return 0;
+}
+
+static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
+{
+	const struct ovl_layers *l = cm->env->layers;
+	_cleanup_close_ int uroot = -1;
+	size_t i;
+	int r;
+
+	if (!recovering) {
+		r = ovl_journal_write(l->state_fd, cm->target_fd, cm->sel, cm->opts);
+		if (r < 0)
+			return ovl_ctl_error(ret_error, r, "io", NULL, "cannot write the commit journal");
+	}
+	ovl_fault_point("journal");
+	for (i = 0; i < cm->changes->n; i++) {
+		const struct ovl_change *e = &cm->changes->v[i];
+
+		if (e->new_type == OVL_FT_NONE)
+			continue;
+		r = stage_entry(cm, e);
+		if (r < 0)
+			goto fail_staging;
+	}
+	r = ovl_syncfs_fd(cm->target_fd);
+	if (r < 0)
+		goto fail_noentry;
+	ovl_fault_point("staged");
+	for (i = 0; i < cm->changes->n; i++) {
+		const struct ovl_change *e = &cm->changes->v[i];
+
+		r = apply_entry(cm, e);
+		if (r < 0)
+			goto fail;
+		cJSON_AddItemToArray(cm->committed, cJSON_CreateString(e->path));
+	}
+	r = ovl_syncfs_fd(cm->target_fd);
+	if (r < 0)
+		goto fail_noentry;
+	ovl_fault_point("applied");
+	uroot = openat(l->upper_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (uroot < 0) {
+		r = -errno;
+		goto fail_noentry;
+	}
+	r = prune_dir(cm, "", uroot, false);
+	if (r >= 0 && cm->sel->n == 0 && ovl_dir_is_opaque(uroot))
+		r = deopacify(cm, uroot, "");
+	if (r < 0)
+		goto fail_noentry;
+	r = ovl_syncfs_fd(l->upper_fd);
+	if (r < 0)
+		goto fail_noentry;
+	ovl_fault_point("pruned");
+	r = ovl_journal_remove(l->state_fd);
+	if (r < 0)
+		return ovl_ctl_error(ret_error, r, "io", NULL, "cannot remove the commit journal");
+	return 0;
+
+fail_staging:
+	/* Nothing was renamed yet: drop the temps and the journal, the commit never happened. */
+	{
+		const char *at = cm->changes->v[i].path;
+
+		for (size_t j = 0; j <= i; j++) {
+			const struct ovl_change *e = &cm->changes->v[j];
+			_cleanup_free_ char *dir = NULL;
+			const char *name;
+			char tmp[64];
+			int dfd;
+
+			if (e->new_type == OVL_FT_NONE || e->new_type == OVL_FT_DIR)
+				continue;
+			split_path(e->path, &dir, &name);
+			if (!dir)
+				continue;
+			dfd = target_dir(cm, dir, false);
+			if (dfd < 0)
+				continue;
+			tmp_name(tmp, e->path);
+			(void)unlinkat(dfd, tmp, 0);
+		}
+		if (!recovering)
+			(void)ovl_journal_remove(l->state_fd);
+		return ovl_ctl_error(ret_error, r, "io", NULL, "commit failed while staging '%s', nothing was changed",
+		                     at);
+	}
+fail:
+	return ovl_ctl_error(ret_error, r, "io", NULL,
+	                     "commit failed at '%s'; the journal was kept, run 'draftfs recover' once the cause is fixed",
+	                     cm->changes->v[i].path);
+fail_noentry:
+	return ovl_ctl_error(ret_error, r, "io", NULL,
+	                     "commit failed; the journal was kept, run 'draftfs recover' once the cause is fixed");
+}
+
+int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, const struct ovl_commit_opts *opts,
+                   bool recovering, cJSON **ret_result, cJSON **ret_error)
+{
+	static const struct ovl_commit_opts defaults = { 0 };
+	_cleanup_(ovl_changes_freep) struct ovl_changes *changes = NULL;
+	_cleanup_json_ cJSON *res = NULL, *problems = NULL, *kept = NULL, *committed = NULL;
+	const struct ovl_live *live = env->live;
+	struct commit cm = { 0 };
+	int r, notified = 0;
+
+	if (!opts)
+		opts = &defaults;
+	if (!recovering) {
+		r = ovl_journal_pending(env->layers->state_fd);
+		if (r > 0)
+			return ovl_ctl_error(ret_error, -EBUSY, "busy", NULL,
+			                     "an interrupted commit is pending; run 'draftfs recover' first");
+	}
+	committed = cJSON_CreateArray();
+	if (!committed)
+		return -ENOMEM;
+	cm = (struct commit){ .env = env, .sel = sel, .opts = opts, .target_fd = env->layers->lower_fds[0],
+	                      .dir_fd = -1, .committed = committed };
+	if (fstat(cm.target_fd, &cm.target_root) < 0)
+		return ovl_ctl_error(ret_error, -errno, "io", NULL, "cannot stat the commit target");
+
+	if (live)
+		live->quiesce(live->userdata, true);
+	r = ovl_diff_compute(env->layers, sel, &changes);
+	if (r < 0) {
+		r = ovl_ctl_error(ret_error, r, "io", NULL, "cannot compute the changes");
+		goto out;
+	}
+	cm.changes = changes;
+	if (!recovering) {
+		r = ovl_diff_check_selection(env->layers, sel, changes, ret_error);
+		if (r < 0)
+			goto out;
+		check_selection_shape(&cm, &problems);
+		if (problems) {
+			r = commit_error_paths(ret_error, -EINVAL, "invalid_argument", TAKE_PTR(problems),
+			                       "selection cannot be committed alone");
+			goto out;
+		}
+		check_refusals(&cm, &problems);
+		if (problems) {
+			r = commit_error_paths(ret_error, -EPERM, "refused", TAKE_PTR(problems),
+			                       "not committed without an explicit allow flag");
+			goto out;
+		}
+		if (!opts->force) {
+			check_conflicts(&cm, &problems);
+			if (problems) {
+				r = commit_error_paths(ret_error, -EBUSY, "conflict", TAKE_PTR(problems),
+				                       "the workspace changed since the session shadowed these paths "
+				                       "(use force to overwrite)");
+				goto out;
+			}
+		}
+	}
+	if (opts->dry_run) {
+		for (size_t i = 0; i < changes->n; i++)
+			cJSON_AddItemToArray(committed, cJSON_CreateString(changes->v[i].path));
+		r = 0;
+	} else if (changes->n == 0 && !recovering && ovl_journal_pending(env->layers->state_fd) == 0) {
+		r = 0; /* nothing to do; copies equal to lower may stay in upper */
+	} else {
+		r = commit_locked(&cm, recovering, ret_error);
+	}
+out:
+	if (live)
+		live->quiesce(live->userdata, false);
+	kept = cm.kept;
+	free(cm.dir_path);
+	safe_close(cm.dir_fd);
+	if (r < 0)
+		return r;
+	if (live && !opts->dry_run) {
+		if (sel->n == 0)
+			live->changed(live->userdata, "");
+		for (size_t i = 0; i < sel->n; i++)
+			live->changed(live->userdata, sel->v[i]);
+	}
+	if (!opts->dry_run && changes->n > 0)
+		notified = ovl_registry_notify(env->layers, sel);
+	res = cJSON_CreateObject();
+	if (!res)
+		return -ENOMEM;
+	cJSON_AddItemToObject(res, "committed", TAKE_PTR(committed));
+	cJSON_AddItemToObject(res, "kept", kept ? TAKE_PTR(kept) : cJSON_CreateArray());
+	cJSON_AddItemToObject(res, "summary", ovl_summary_to_json(&changes->summary));
+	cJSON_AddNumberToObject(res, "invalidated_mounts", notified > 0 ? notified : 0);
+	cJSON_AddBoolToObject(res, "dry_run", opts->dry_run);
+	if (ret_result)
+		*ret_result = TAKE_PTR(res);
+	return 0;
+}
+
+int ovl_op_commit(const struct ovl_ctl_env *env, char *const *paths, const struct ovl_commit_opts *opts,
+                  cJSON **ret_result, cJSON **ret_error)
+{
+	_cleanup_(ovl_sel_done) struct ovl_sel sel = { 0 };
+	int r;
+
+	r = ovl_sel_parse(paths, &sel, ret_error);
+	if (r < 0)
+		return r;
+	return ovl_commit_run(env, &sel, opts, false, ret_result, ret_error);
+}

@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * The read-side operations (diff, status, invalidate) and the format
+ * names. Commit, discard and recover live in commit.c, ctl-discard.c and
+ * journal.c.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ctl-ops.h"
+#include "diff.h"
+#include "journal.h"
+#include "json-util.h"
+#include "layertar.h"
+#include "patch.h"
+
+const char *ovl_diff_format_to_string(enum ovl_diff_format f)
+{
+	switch (f) {
+	case OVL_DIFF_JSON:
+		return "json";
+	case OVL_DIFF_PATCH:
+		return "patch";
+	case OVL_DIFF_TAR:
+		return "tar";
+	}
+	return "unknown";
+}
+
+int ovl_diff_format_from_string(const char *s, enum ovl_diff_format *ret)
+{
+	if (!s)
+		return -EINVAL;
+	if (strcmp(s, "json") == 0)
+		*ret = OVL_DIFF_JSON;
+	else if (strcmp(s, "patch") == 0 || strcmp(s, "git") == 0)
+		*ret = OVL_DIFF_PATCH;
+	else if (strcmp(s, "tar") == 0 || strcmp(s, "oci") == 0)
+		*ret = OVL_DIFF_TAR;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+int ovl_op_diff(const struct ovl_ctl_env *env, enum ovl_diff_format format, char *const *paths, int out_fd,
+                cJSON **ret_result, cJSON **ret_error)
+{
+	_cleanup_(ovl_changes_freep) struct ovl_changes *c = NULL;
+	_cleanup_(ovl_sel_done) struct ovl_sel sel = { 0 };
+	_cleanup_json_ cJSON *res = NULL, *skipped = NULL;
+	int r;
+
+	r = ovl_sel_parse(paths, &sel, ret_error);
+	if (r < 0)
+		return r;
+	r = ovl_diff_compute(env->layers, &sel, &c);
+	if (r < 0)
+		return ovl_ctl_error(ret_error, r, "io", NULL, "cannot compute the changes of '%s'",
+		                     env->layers->mountpoint ?: "session");
+	r = ovl_diff_check_selection(env->layers, &sel, c, ret_error);
+	if (r < 0)
+		return r;
+	switch (format) {
+	case OVL_DIFF_JSON:
+		r = ovl_diff_write_json(c, out_fd);
+		break;
+	case OVL_DIFF_PATCH:
+		skipped = cJSON_CreateArray();
+		if (!skipped)
+			return -ENOMEM;
+		r = ovl_patch_write(env, c, out_fd, skipped);
+		break;
+	case OVL_DIFF_TAR:
+		r = ovl_layertar_write(env, c, out_fd);
+		break;
+	default:
+		r = -EINVAL;
+	}
+	if (r < 0)
+		return ovl_ctl_error(ret_error, r, "io", NULL, "cannot write the %s diff",
+		                     ovl_diff_format_to_string(format));
+	res = cJSON_CreateObject();
+	if (!res)
+		return -ENOMEM;
+	cJSON_AddItemToObject(res, "summary", ovl_summary_to_json(&c->summary));
+	cJSON_AddStringToObject(res, "format", ovl_diff_format_to_string(format));
+	if (skipped)
+		cJSON_AddItemToObject(res, "skipped", TAKE_PTR(skipped));
+	if (ret_result)
+		*ret_result = TAKE_PTR(res);
+	return 0;
+}
+
+/* Counts inodes and bytes (st_size of regular files) below @dir_fd. */
+static int count_upper(int dir_fd, uint64_t *inodes, uint64_t *bytes, unsigned depth)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	int fd;
+
+	if (depth > 4096)
+		return -ELOOP;
+	fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		safe_close(fd);
+		return -errno;
+	}
+	while ((de = readdir(d))) {
+		struct stat st;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		(*inodes)++;
+		if (S_ISREG(st.st_mode))
+			*bytes += (uint64_t)st.st_size;
+		if (S_ISDIR(st.st_mode)) {
+			_cleanup_close_ int cfd = openat(dirfd(d), de->d_name,
+			                                 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			int r;
+
+			if (cfd < 0)
+				continue;
+			r = count_upper(cfd, inodes, bytes, depth + 1);
+			if (r < 0)
+				return r;
+		}
+	}
+	return 0;
+}
+
+int ovl_op_status(const struct ovl_ctl_env *env, cJSON **ret_result, cJSON **ret_error)
+{
+	_cleanup_(ovl_changes_freep) struct ovl_changes *c = NULL;
+	struct ovl_sel all = { 0 };
+	_cleanup_json_ cJSON *res = NULL;
+	uint64_t inodes = 0, bytes = 0;
+	cJSON *lowers;
+	int r;
+
+	r = ovl_diff_compute(env->layers, &all, &c);
+	if (r < 0)
+		return ovl_ctl_error(ret_error, r, "io", NULL, "cannot compute the changes");
+	r = count_upper(env->layers->upper_fd, &inodes, &bytes, 0);
+	if (r < 0)
+		return ovl_ctl_error(ret_error, r, "io", NULL, "cannot walk the upper layer");
+	res = cJSON_CreateObject();
+	if (!res)
+		return -ENOMEM;
+	cJSON_AddBoolToObject(res, "mounted", env->live != NULL);
+	if (env->live && env->layers->mountpoint)
+		cJSON_AddStringToObject(res, "mountpoint", env->layers->mountpoint);
+	cJSON_AddNumberToObject(res, "pid", env->live ? getpid() : 0);
+	lowers = cJSON_AddArrayToObject(res, "lowerdirs");
+	for (size_t i = 0; env->lower_paths && env->lower_paths[i]; i++)
+		cJSON_AddItemToArray(lowers, cJSON_CreateString(env->lower_paths[i]));
+	if (env->upper_path)
+		cJSON_AddStringToObject(res, "upperdir", env->upper_path);
+	if (env->state_path)
+		cJSON_AddStringToObject(res, "state_dir", env->state_path);
+	cJSON_AddItemToObject(res, "summary", ovl_summary_to_json(&c->summary));
+	json_add_u64(res, "upper_bytes", bytes);
+	json_add_u64(res, "upper_inodes", inodes);
+	r = ovl_journal_pending(env->layers->state_fd);
+	cJSON_AddStringToObject(res, "journal", r > 0 ? "pending" : "none");
+	if (ret_result)
+		*ret_result = TAKE_PTR(res);
+	return 0;
+}
+
+int ovl_op_invalidate(const struct ovl_ctl_env *env, char *const *paths, cJSON **ret_result, cJSON **ret_error)
+{
+	_cleanup_(ovl_sel_done) struct ovl_sel sel = { 0 };
+	_cleanup_json_ cJSON *res = NULL;
+	int r;
+
+	r = ovl_sel_parse(paths, &sel, ret_error);
+	if (r < 0)
+		return r;
+	if (env->live) {
+		if (sel.n == 0)
+			env->live->changed(env->live->userdata, "");
+		for (size_t i = 0; i < sel.n; i++)
+			env->live->changed(env->live->userdata, sel.v[i]);
+	}
+	res = cJSON_CreateObject();
+	if (!res)
+		return -ENOMEM;
+	json_add_u64(res, "invalidated", env->live ? (sel.n ? sel.n : 1) : 0);
+	if (ret_result)
+		*ret_result = TAKE_PTR(res);
+	return 0;
+}

@@ -1,0 +1,516 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * Implementation of ctl-util.h: errors, path selections, overlay predicates,
+ * xattrs, consistent file snapshots and the crash-test fault hook.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctl-client.h"
+#include "ctl-util.h"
+#include "fdpath.h"
+#include "json-util.h"
+
+int ovl_ctl_error(cJSON **ret_error, int r, const char *code, cJSON *paths, const char *fmt, ...)
+{
+	_cleanup_json_ cJSON *p = paths;
+	char msg[1024];
+	va_list ap;
+	cJSON *e;
+
+	if (!ret_error)
+		return r;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	e = cJSON_CreateObject();
+	if (!e)
+		return r;
+	cJSON_AddStringToObject(e, "error", msg);
+	cJSON_AddStringToObject(e, "code", code);
+	cJSON_AddNumberToObject(e, "errno", -r);
+	if (p)
+		cJSON_AddItemToObject(e, "paths", TAKE_PTR(p));
+	cJSON_Delete(*ret_error);
+	*ret_error = e;
+	return r;
+}
+
+void ovl_sel_done(struct ovl_sel *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		free(s->v[i]);
+	free(s->v);
+	s->v = NULL;
+	s->n = 0;
+}
+
+int ovl_ctl_path_check(const char *path, size_t len, char **ret, const char **ret_reason)
+{
+	_cleanup_free_ char *out = NULL;
+	int r;
+
+	if (!path) {
+		*ret_reason = "missing path";
+		return -EINVAL;
+	}
+	if (memchr(path, '\0', len)) {
+		*ret_reason = "NUL byte in path";
+		return -EINVAL;
+	}
+	if (len > 0 && path[0] == '/') {
+		*ret_reason = "absolute path (paths are relative to the mount root)";
+		return -EINVAL;
+	}
+	r = path_normalize_relative(path, len, &out);
+	if (r == -ENAMETOOLONG) {
+		*ret_reason = "path too long";
+		return r;
+	}
+	if (r < 0) {
+		*ret_reason = "'..' component";
+		return r;
+	}
+	if (path_check_relative(out) < 0) {
+		*ret_reason = "invalid path";
+		return -EINVAL;
+	}
+	*ret = TAKE_PTR(out);
+	return 0;
+}
+
+int ovl_sel_parse(char *const *paths, struct ovl_sel *s, cJSON **ret_error)
+{
+	size_t n = 0;
+
+	s->v = NULL;
+	s->n = 0;
+	if (!paths)
+		return 0;
+	while (paths[n])
+		n++;
+	if (n == 0)
+		return 0;
+	s->v = calloc(n, sizeof(char *));
+	if (!s->v)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		const char *reason = NULL;
+		char *norm = NULL;
+		int r;
+
+		r = ovl_ctl_path_check(paths[i], strlen(paths[i]), &norm, &reason);
+		if (r < 0) {
+			cJSON *bad = cJSON_CreateArray();
+
+			if (bad)
+				cJSON_AddItemToArray(bad, cJSON_CreateString(paths[i]));
+			ovl_sel_done(s);
+			return ovl_ctl_error(ret_error, r, "invalid_path", bad, "invalid path '%s': %s", paths[i], reason);
+		}
+		if (!*norm) { /* the root selects everything */
+			free(norm);
+			ovl_sel_done(s);
+			return 0;
+		}
+		s->v[s->n++] = norm;
+	}
+	return 0;
+}
+
+bool ovl_path_has_prefix(const char *path, const char *prefix)
+{
+	size_t n = strlen(prefix);
+
+	if (n == 0)
+		return true;
+	return strncmp(path, prefix, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+enum ovl_sel_match ovl_sel_match(const struct ovl_sel *s, const char *path)
+{
+	enum ovl_sel_match m = OVL_SEL_NONE;
+
+	if (s->n == 0)
+		return OVL_SEL_INSIDE;
+	for (size_t i = 0; i < s->n; i++) {
+		if (ovl_path_has_prefix(path, s->v[i]))
+			return OVL_SEL_INSIDE;
+		if (ovl_path_has_prefix(s->v[i], path))
+			m = OVL_SEL_ANCESTOR;
+	}
+	return m;
+}
+
+char *ovl_path_join(const char *dir, const char *name)
+{
+	char *p;
+
+	if (!*dir)
+		return strdup(name);
+	if (asprintf(&p, "%s/%s", dir, name) < 0)
+		return NULL;
+	return p;
+}
+
+int ovl_path_cmp(const char *a, const char *b)
+{
+	for (;; a++, b++) {
+		unsigned char ca = (unsigned char)*a, cb = (unsigned char)*b;
+
+		if (ca == cb) {
+			if (!ca)
+				return 0;
+			continue;
+		}
+		if (!ca)
+			return -1;
+		if (!cb)
+			return 1;
+		if (ca == '/')
+			return -1;
+		if (cb == '/')
+			return 1;
+		return ca < cb ? -1 : 1;
+	}
+}
+
+bool ovl_dir_is_opaque(int dir_fd)
+{
+	char v[4];
+	ssize_t n = fgetxattr(dir_fd, OVL_XATTR_OPAQUE, v, sizeof(v));
+
+	return n == 1 && v[0] == 'y';
+}
+
+static void proc_entry_path(char *buf, size_t size, int dir_fd, const char *entry)
+{
+	snprintf(buf, size, "/proc/self/fd/%d/%s", dir_fd, entry);
+}
+
+ssize_t ovl_get_xattr_at(int dir_fd, const char *entry, const char *name, char **ret)
+{
+	char p[PATH_MAX];
+	_cleanup_free_ char *buf = NULL;
+	ssize_t n;
+
+	proc_entry_path(p, sizeof(p), dir_fd, entry);
+	for (int tries = 0; tries < 4; tries++) {
+		n = lgetxattr(p, name, NULL, 0);
+		if (n < 0)
+			return errno == ENOTSUP ? -ENODATA : -errno;
+		free(buf);
+		buf = malloc((size_t)n + 1);
+		if (!buf)
+			return -ENOMEM;
+		n = lgetxattr(p, name, buf, (size_t)n);
+		if (n >= 0) {
+			buf[n] = '\0';
+			*ret = TAKE_PTR(buf);
+			return n;
+		}
+		if (errno != ERANGE)
+			return -errno;
+	}
+	return -EBUSY;
+}
+
+bool ovl_xattr_is_internal(const char *name)
+{
+	return strncmp(name, "trusted.overlay.", 16) == 0 || strncmp(name, "trusted.draftbox.", 17) == 0;
+}
+
+static int strv_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int ovl_list_xattrs_at(int dir_fd, const char *entry, char ***ret)
+{
+	char p[PATH_MAX];
+	_cleanup_free_ char *names = NULL;
+	_cleanup_strv_free_ char **v = NULL;
+	size_t n = 0;
+	ssize_t len;
+
+	proc_entry_path(p, sizeof(p), dir_fd, entry);
+	len = llistxattr(p, NULL, 0);
+	if (len < 0)
+		return errno == ENOTSUP ? 0 : -errno;
+	if (len == 0) {
+		*ret = NULL;
+		return 0;
+	}
+	names = malloc((size_t)len);
+	if (!names)
+		return -ENOMEM;
+	len = llistxattr(p, names, (size_t)len);
+	if (len < 0)
+		return -errno;
+	for (const char *s = names; s < names + len; s += strlen(s) + 1) {
+		_cleanup_free_ char *val = NULL, *item = NULL;
+		ssize_t vl;
+		char **nv;
+
+		if (ovl_xattr_is_internal(s))
+			continue;
+		vl = ovl_get_xattr_at(dir_fd, entry, s, &val);
+		if (vl == -ENODATA)
+			continue;
+		if (vl < 0)
+			return (int)vl;
+		item = malloc(strlen(s) + 2 + 2 * (size_t)vl);
+		if (!item)
+			return -ENOMEM;
+		char *o = stpcpy(item, s);
+		*o++ = '=';
+		for (ssize_t i = 0; i < vl; i++)
+			o += sprintf(o, "%02x", (unsigned char)val[i]);
+		nv = realloc(v, (n + 2) * sizeof(char *));
+		if (!nv)
+			return -ENOMEM;
+		v = nv;
+		v[n++] = TAKE_PTR(item);
+		v[n] = NULL;
+	}
+	if (n > 1)
+		qsort(v, n, sizeof(char *), strv_cmp);
+	*ret = TAKE_PTR(v);
+	return (int)n;
+}
+
+bool ovl_xattrs_equal(char **a, char **b)
+{
+	size_t i = 0;
+
+	if (!a || !b)
+		return (!a || !*a) && (!b || !*b);
+	for (; a[i] && b[i]; i++)
+		if (strcmp(a[i], b[i]) != 0)
+			return false;
+	return !a[i] && !b[i];
+}
+
+static bool stat_same(const struct stat *a, const struct stat *b)
+{
+	return a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
+	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec && a->st_ctim.tv_sec == b->st_ctim.tv_sec &&
+	       a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+static int read_once(int fd, size_t max, char **ret, size_t *ret_size, bool *ret_stable)
+{
+	struct stat before, after;
+	char *buf = NULL;
+	size_t size = 0;
+	int r;
+
+	if (fstat(fd, &before) < 0)
+		return -errno;
+	if (lseek(fd, 0, SEEK_SET) < 0)
+		return -errno;
+	r = read_full_fd(fd, max, &buf, &size);
+	if (r < 0)
+		return r;
+	if (fstat(fd, &after) < 0) {
+		r = -errno;
+		free(buf);
+		return r;
+	}
+	*ret_stable = stat_same(&before, &after) && (off_t)size == after.st_size;
+	*ret = buf;
+	*ret_size = size;
+	return 0;
+}
+
+int ovl_snapshot_read(int dir_fd, const char *name, const struct ovl_live *live, size_t max, char **ret,
+                      size_t *ret_size)
+{
+	_cleanup_close_ int fd = -1;
+	char *buf = NULL;
+	size_t size = 0;
+	bool stable = false;
+	int r;
+
+	fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return -errno;
+	for (int tries = 0; tries < 3; tries++) {
+		r = read_once(fd, max, &buf, &size, &stable);
+		if (r < 0)
+			return r;
+		if (stable || !live) {
+			*ret = buf;
+			*ret_size = size;
+			return 0;
+		}
+		free(buf);
+		buf = NULL;
+	}
+	/* Writers keep changing it: read once with them held back. */
+	live->quiesce(live->userdata, true);
+	r = read_once(fd, max, &buf, &size, &stable);
+	live->quiesce(live->userdata, false);
+	if (r < 0)
+		return r;
+	*ret = buf;
+	*ret_size = size;
+	return 0;
+}
+
+int ovl_copy_fd(int in_fd, int out_fd, uint64_t size)
+{
+	loff_t off = 0;
+	char buf[65536];
+
+	while ((uint64_t)off < size) {
+		ssize_t n = copy_file_range(in_fd, &off, out_fd, NULL, size - (uint64_t)off, 0);
+
+		if (n > 0)
+			continue;
+		if (n == 0)
+			break;
+		if (errno == EINTR)
+			continue;
+		if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP && errno != EBADF)
+			return -errno;
+		/* Fall back to read/write (pipes, sockets, cross-device on old kernels). */
+		for (;;) {
+			ssize_t m = pread(in_fd, buf, sizeof(buf), off);
+			int r;
+
+			if (m < 0) {
+				if (errno == EINTR)
+					continue;
+				return -errno;
+			}
+			if (m == 0)
+				return 0;
+			r = write_full(out_fd, buf, (size_t)m);
+			if (r < 0)
+				return r;
+			off += m;
+		}
+	}
+	return 0;
+}
+
+int ovl_snapshot_tmpfile(int dir_fd, const char *name, const struct ovl_live *live, int tmp_dir_fd, int *ret_fd,
+                         struct stat *ret_st)
+{
+	_cleanup_close_ int fd = -1;
+	struct stat before, after;
+	int r;
+
+	fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return -errno;
+	for (int tries = 0; tries < 4; tries++) {
+		_cleanup_close_ int tmp = -1;
+		bool held = live && tries == 3;
+
+		tmp = openat(tmp_dir_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+		if (tmp < 0)
+			return -errno;
+		if (held)
+			live->quiesce(live->userdata, true);
+		if (fstat(fd, &before) < 0)
+			r = -errno;
+		else
+			r = ovl_copy_fd(fd, tmp, (uint64_t)before.st_size);
+		if (r >= 0 && fstat(fd, &after) < 0)
+			r = -errno;
+		if (held)
+			live->quiesce(live->userdata, false);
+		if (r < 0)
+			return r;
+		if (!held && live && !stat_same(&before, &after))
+			continue;
+		if (fstat(tmp, ret_st) < 0)
+			return -errno;
+		ret_st->st_mode = after.st_mode;
+		ret_st->st_uid = after.st_uid;
+		ret_st->st_gid = after.st_gid;
+		ret_st->st_mtim = after.st_mtim;
+		if (lseek(tmp, 0, SEEK_SET) < 0)
+			return -errno;
+		*ret_fd = TAKE_FD(tmp);
+		return 0;
+	}
+	return -EBUSY;
+}
+
+void ovl_fault_point(const char *what)
+{
+	static int step;
+	const char *e = getenv("DRAFTFS_FAULT");
+	char kind[16];
+	int n = 0, ms = 2000;
+
+	if (!e)
+		return;
+	step++;
+	if (strcmp(e, "count") == 0) {
+		fprintf(stderr, "draftfs-fault: step %d %s\n", step, what);
+		return;
+	}
+	if (sscanf(e, "%15[a-z]:%d:%d", kind, &n, &ms) < 2 || n != step)
+		return;
+	if (strcmp(kind, "exit") == 0)
+		_exit(99);
+	if (strcmp(kind, "pause") == 0) {
+		struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* Removes @name in @dir_fd and everything below it, never following a symlink. */
+int ovl_rm_rf_at(int dir_fd, const char *name, unsigned depth)
+{
+	struct stat st;
+
+	if (depth > 4096)
+		return -ELOOP;
+	if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (S_ISDIR(st.st_mode)) {
+		_cleanup_closedir_ DIR *d = NULL;
+		struct dirent *de;
+		int fd;
+
+		fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			return errno == ENOENT ? 0 : -errno;
+		d = fdopendir(fd);
+		if (!d) {
+			safe_close(fd);
+			return -errno;
+		}
+		while ((de = readdir(d))) {
+			int r;
+
+			if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+				continue;
+			r = ovl_rm_rf_at(dirfd(d), de->d_name, depth + 1);
+			if (r < 0)
+				return r;
+		}
+		if (unlinkat(dir_fd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+			return -errno;
+		return 0;
+	}
+	if (unlinkat(dir_fd, name, 0) < 0 && errno != ENOENT)
+		return -errno;
+	return 0;
+}
+

@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Shared helpers of the control plane: the environment an operation runs in
+ * (layers + the core's callbacks, or none offline), structured errors, path
+ * selections, overlay-format predicates, xattrs and consistent snapshots of
+ * files that writers may be changing.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "control.h"
+#include "macro.h"
+
+#define OVL_XATTR_OPAQUE "trusted.overlay.opaque"
+#define OVL_XATTR_ORIGIN "trusted.draftbox.origin"
+#define OVL_XATTR_CONTROL "trusted.draftbox.control"
+
+#define OVL_CTL_SOCKET_NAME "ctl.sock"
+#define OVL_CTL_LOCK_NAME "lock"
+
+/*
+ * Takes the session lock ("lock" in the state dir, an exclusive flock held
+ * by the daemon while mounted and by offline commits/discards/recoveries).
+ * Returns the fd holding it (close to release), -EBUSY when held elsewhere
+ * and !@wait, or -errno.
+ */
+int ovl_ctl_take_lock(int state_fd, bool wait);
+
+/* What an operation works on. @live is NULL when the session is not mounted. */
+struct ovl_ctl_env {
+	const struct ovl_layers *layers;
+	const struct ovl_live *live;
+	/* Paths for messages and status; may be NULL. */
+	const char *upper_path;
+	char **lower_paths;
+	const char *state_path;
+};
+
+/*
+ * Builds the error object documented in ctl-client.h into *ret_error (when
+ * not NULL) and returns @r (a -errno). @paths is a list taken over (may be
+ * NULL). Never fails (an allocation failure leaves *ret_error NULL).
+ */
+int ovl_ctl_error(cJSON **ret_error, int r, const char *code, cJSON *paths, const char *fmt, ...) _printf_(5, 6);
+
+/* A normalized path selection. n == 0 means everything. */
+struct ovl_sel {
+	char **v;
+	size_t n;
+};
+
+/* Frees the vector inside @s. */
+void ovl_sel_done(struct ovl_sel *s);
+
+/*
+ * Checks and normalizes @paths (NULL-terminated, may be NULL) into @s.
+ * Returns 0 or -EINVAL with an error object naming the bad path.
+ */
+int ovl_sel_parse(char *const *paths, struct ovl_sel *s, cJSON **ret_error);
+
+enum ovl_sel_match {
+	OVL_SEL_NONE = 0,     /* unrelated: skip the subtree */
+	OVL_SEL_ANCESTOR = 1, /* on the way to a selected path: walk, do not report */
+	OVL_SEL_INSIDE = 2,   /* selected */
+};
+
+/* Where @path ("" is the root) stands relative to the selection. */
+enum ovl_sel_match ovl_sel_match(const struct ovl_sel *s, const char *path);
+
+/* True if @path is @prefix or inside it ("" contains everything). */
+bool ovl_path_has_prefix(const char *path, const char *prefix);
+
+/* Joins "dir/name" (dir "" gives name). Returns a new string or NULL. */
+char *ovl_path_join(const char *dir, const char *name);
+
+/* Compares two relative paths component-wise ('/' sorts first) so a directory's subtree follows it. */
+int ovl_path_cmp(const char *a, const char *b);
+
+/* True if @st is an overlay whiteout (char device 0/0). */
+static inline bool ovl_is_whiteout(const struct stat *st)
+{
+	return S_ISCHR(st->st_mode) && st->st_rdev == 0;
+}
+
+/* True if the directory open as @dir_fd (a real fd, not O_PATH) carries trusted.overlay.opaque="y". */
+bool ovl_dir_is_opaque(int dir_fd);
+
+/*
+ * Reads xattr @name of entry @name_in_dir of @dir_fd without following a
+ * symlink (through /proc/self/fd). Returns the length and *ret (new
+ * NUL-terminated buffer), -ENODATA when absent, or -errno.
+ */
+ssize_t ovl_get_xattr_at(int dir_fd, const char *entry, const char *name, char **ret);
+
+/*
+ * Lists the xattrs of @entry of @dir_fd that belong to the content (all but
+ * trusted.overlay.* and trusted.draftbox.*) as a sorted NULL-terminated
+ * vector of "name=hexvalue" strings in *ret (NULL when there are none).
+ * Returns the count (>= 0) or -errno.
+ */
+int ovl_list_xattrs_at(int dir_fd, const char *entry, char ***ret);
+
+/* True if two vectors from ovl_list_xattrs_at() are equal. */
+bool ovl_xattrs_equal(char **a, char **b);
+
+/* True if xattr @name is one we never treat as content (trusted.overlay.*, trusted.draftbox.*). */
+bool ovl_xattr_is_internal(const char *name);
+
+/*
+ * A consistent snapshot of a regular file that writers may be changing.
+ * Reads @name in @dir_fd into memory; if its size, mtime or ctime moved
+ * while reading, retries, and after a few tries reads once more with the
+ * writers quiesced (@live may be NULL). @max bounds the size (-EFBIG).
+ * Returns 0 and *ret / *ret_size (free() it) or -errno.
+ */
+int ovl_snapshot_read(int dir_fd, const char *name, const struct ovl_live *live, size_t max, char **ret,
+                      size_t *ret_size);
+
+/* Same as ovl_snapshot_read() but copies into an unnamed temp file in @tmp_dir_fd and returns its fd positioned at 0. */
+int ovl_snapshot_tmpfile(int dir_fd, const char *name, const struct ovl_live *live, int tmp_dir_fd, int *ret_fd,
+                         struct stat *ret_st);
+
+/* Copies all of @in_fd (from offset 0) to @out_fd (current position). Returns 0 or -errno. */
+int ovl_copy_fd(int in_fd, int out_fd, uint64_t size);
+
+/* Removes @name in @dir_fd and everything below it, never following a symlink. 0 if it is already gone, or -errno. */
+int ovl_rm_rf_at(int dir_fd, const char *name, unsigned depth);
+
+/*
+ * Test hook for crash tests. Each call is one numbered step of a commit.
+ * $DRAFTFS_FAULT="exit:N" makes step N _exit(99); "pause:N:MS" sleeps MS
+ * milliseconds there; "count" prints each step to stderr. No-op otherwise.
+ */
+void ovl_fault_point(const char *what);

@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The commit intent journal: "commit.journal" in the session's state dir.
+ * It is written (and fsync'd with its directory) before a commit touches
+ * anything, and removed after the commit finished and both file systems
+ * were synced. It holds the selection and the options, not the data: the
+ * data stays in upper until the commit has finished, so a commit is redone
+ * from upper after a crash ("redo" recovery, see docs/fs-control.md).
+ */
+#pragma once
+
+#include <stdbool.h>
+
+#include <cjson/cJSON.h>
+
+#include "ctl-client.h"
+#include "ctl-util.h"
+
+#define OVL_JOURNAL_NAME "commit.journal"
+
+/* 1 if a journal is present in @state_fd, 0 if not, or -errno. */
+int ovl_journal_pending(int state_fd);
+
+/*
+ * Writes the journal of a commit of @sel with @opts for target @target_fd
+ * (identity recorded), durably. Returns 0 or -errno.
+ */
+int ovl_journal_write(int state_fd, int target_fd, const struct ovl_sel *sel, const struct ovl_commit_opts *opts);
+
+/*
+ * Reads the journal: *ret_sel gets the selection and *ret_opts the options.
+ * Returns 1 when a journal was read, 0 when there is none, -EUCLEAN when it
+ * is unreadable or for another target, or -errno.
+ */
+int ovl_journal_read(int state_fd, int target_fd, struct ovl_sel *ret_sel, struct ovl_commit_opts *ret_opts);
+
+/* Removes the journal durably. Returns 0 or -errno. */
+int ovl_journal_remove(int state_fd);
+
+/* Makes the directory of @fd durable (fsync on a reopened fd). Returns 0 or -errno. */
+int ovl_fsync_dir(int dir_fd);
+
+/* syncfs() of the file system of @fd. Returns 0 or -errno. */
+int ovl_syncfs_fd(int fd);
