@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * bubblewrap's argument vector for one run. The order matters: bwrap
+ * applies operations in sequence, so the tmpfs mounts that hide things
+ * (/run, /tmp, the state dir) come before the binds that put the
+ * workspace, exposed paths, the home dir and the exec helper back on top.
+ * Mount points under the read-only host root must already exist; those
+ * under the tmpfs mounts are created by bwrap inside the sandbox.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "launch.h"
+#include "macro.h"
+
+static int add(char ***v, const char *a)
+{
+	return launch_strv_push(v, a);
+}
+
+static int addf(char ***v, unsigned long long n)
+{
+	char buf[32];
+
+	snprintf(buf, sizeof(buf), "%llu", n);
+	return launch_strv_push(v, buf);
+}
+
+#define ADD(...)                                                    \
+	do {                                                        \
+		const char *_a[] = { __VA_ARGS__ };                 \
+		for (size_t _i = 0; _i < ARRAY_SIZE(_a); _i++) {    \
+			r = add(&args, _a[_i]);                     \
+			if (r < 0)                                  \
+				return r;                           \
+		}                                                   \
+	} while (0)
+
+static bool is_dir(const char *p)
+{
+	struct stat st;
+
+	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/*
+ * bwrap creates missing mount points' parents 0700, which the sandbox uid
+ * could not walk through: create every ancestor of @dest 0755 first
+ * (--dir leaves an existing dir alone).
+ */
+static int add_parents(char ***args, char ***done, const char *dest)
+{
+	_cleanup_free_ char *p = strdup(dest);
+	int r;
+
+	if (!p)
+		return -ENOMEM;
+	for (char *slash = strchr(p + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+		bool seen = false;
+
+		*slash = 0;
+		for (char **d = *done; d && *d && !seen; d++)
+			seen = strcmp(*d, p) == 0;
+		if (!seen) {
+			r = launch_strv_push(done, p);
+			if (r >= 0)
+				r = add(args, "--perms");
+			if (r >= 0)
+				r = add(args, "0755");
+			if (r >= 0)
+				r = add(args, "--dir");
+			if (r >= 0)
+				r = add(args, p);
+			if (r < 0)
+				return r;
+		}
+		*slash = '/';
+	}
+	return 0;
+}
+
+#define PARENTS(dest)                                       \
+	do {                                                \
+		r = add_parents(&args, &done, (dest));      \
+		if (r < 0)                                  \
+			return r;                           \
+	} while (0)
+
+int launch_bwrap_args(const struct launch_config *c, const struct launch_plan *p, char ***ret)
+{
+	_cleanup_strv_free_ char **args = NULL, **done = NULL;
+	char num[32];
+	int r;
+
+	ADD("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup");
+	if (!c->share_net)
+		ADD("--unshare-net");
+	ADD("--new-session", "--die-with-parent");
+	ADD("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc");
+	/* host sockets (D-Bus, docker, our server, the uid locks) live under /run */
+	ADD("--perms", "0755", "--tmpfs", "/run");
+	if (c->profile == LAUNCH_PROFILE_STRICT) {
+		snprintf(num, sizeof(num), "%llu", (unsigned long long)c->tmp_size);
+		ADD("--perms", "1777", "--size", num, "--tmpfs", "/tmp");
+	} else {
+		ADD("--bind", "/tmp", "/tmp");
+	}
+	/* the state dir: every session's upper, work dir and control socket */
+	if (c->state_dir && is_dir(c->state_dir)) {
+		PARENTS(c->state_dir);
+		ADD("--perms", "0755", "--tmpfs", c->state_dir);
+	}
+	if (c->runtime_dir && !launch_path_has_prefix(c->runtime_dir, "/run") && is_dir(c->runtime_dir))
+		ADD("--perms", "0755", "--tmpfs", c->runtime_dir);
+	for (char **h = p->hide; h && *h; h++)
+		if (is_dir(*h)) {
+			PARENTS(*h);
+			ADD("--perms", "0755", "--tmpfs", *h);
+		}
+
+	PARENTS(c->workspace_dest);
+	if (c->mode == LAUNCH_MODE_RO)
+		ADD("--ro-bind", p->ws_source, c->workspace_dest);
+	else
+		ADD("--bind", p->ws_source, c->workspace_dest);
+
+	for (size_t i = 0; i < c->n_exposes; i++) {
+		const struct launch_expose *e = &c->exposes[i];
+
+		if (e->fd < 0)
+			return -EINVAL;
+		PARENTS(e->dest);
+		r = add(&args, e->rw ? "--bind-fd" : "--ro-bind-fd");
+		if (r < 0)
+			return r;
+		r = addf(&args, (unsigned long long)e->fd);
+		if (r < 0)
+			return r;
+		ADD(e->dest);
+	}
+
+	if (p->home_root && !p->home_ephemeral) {
+		PARENTS(p->home_root);
+		ADD("--bind", p->home_root, p->home_root);
+	}
+	ADD("--ro-bind", p->helper, LAUNCH_HELPER_DEST);
+	ADD("--chdir", c->cwd);
+	snprintf(num, sizeof(num), "%d", p->seccomp_fd);
+	ADD("--seccomp", num);
+
+	/* the helper: UID GID STATUS_FD NOFILE FSIZE HOME -- COMMAND */
+	ADD("--", LAUNCH_HELPER_DEST);
+	r = addf(&args, (unsigned long long)p->uid);
+	if (r >= 0)
+		r = addf(&args, (unsigned long long)p->gid);
+	if (r >= 0)
+		r = addf(&args, (unsigned long long)p->status_fd);
+	if (r >= 0)
+		r = addf(&args, (unsigned long long)c->nofile);
+	if (r >= 0)
+		r = addf(&args, (unsigned long long)c->fsize);
+	if (r >= 0)
+		r = add(&args, p->home_ephemeral ? p->home_root : "-");
+	if (r < 0)
+		return r;
+	ADD("--");
+	for (char **a = c->argv; a && *a; a++)
+		ADD(*a);
+
+	*ret = TAKE_PTR(args);
+	return 0;
+}

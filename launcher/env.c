@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The sandbox environment. It is built here, before bwrap starts, and
+ * bwrap is exec'd with it: so nothing filtered out ever reaches a process
+ * in the sandbox, not even through /proc/1/environ.
+ */
+#include <errno.h>
+#include <fnmatch.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "launch.h"
+#include "macro.h"
+
+static const char *const default_deny[] = {
+	"*_API_KEY", "*_TOKEN", "*_SECRET", "*_PASSWORD",
+	"AWS_*", "ALI_*", "ALIYUN_*", "K8S_*", "KUBE_*",
+	"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT",
+	NULL
+};
+
+/* Names the launcher sets itself; a host value never passes. */
+static const char *const redirected[] = {
+	"HOME", "TMPDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME",
+	NULL
+};
+
+static bool match_any(const char *name, const char *const *globs)
+{
+	for (; globs && *globs; globs++)
+		if (fnmatch(*globs, name, FNM_CASEFOLD) == 0)
+			return true;
+	return false;
+}
+
+bool launch_env_default_denied(const char *name)
+{
+	return match_any(name, default_deny);
+}
+
+/* Index of @name in @env, or -1. */
+static ssize_t env_find(char **env, const char *name, size_t len)
+{
+	for (size_t i = 0; env && env[i]; i++)
+		if (strncmp(env[i], name, len) == 0 && env[i][len] == '=')
+			return (ssize_t)i;
+	return -1;
+}
+
+/* Sets "K=V" (@kv) in @env, replacing an existing K. */
+static int env_put(char ***env, const char *kv)
+{
+	const char *eq = strchr(kv, '=');
+	ssize_t i;
+	char *copy;
+
+	if (!eq)
+		return -EINVAL;
+	i = env_find(*env, kv, (size_t)(eq - kv));
+	if (i < 0)
+		return launch_strv_push(env, kv);
+	copy = strdup(kv);
+	if (!copy)
+		return -ENOMEM;
+	free((*env)[i]);
+	(*env)[i] = copy;
+	return 0;
+}
+
+int launch_env_build(const struct launch_config *c, char *const *host, const char *home_root, char ***ret)
+{
+	_cleanup_strv_free_ char **env = NULL;
+	static const struct {
+		const char *name, *sub;
+	} dirs[] = {
+		{ "HOME", "home" },
+		{ "TMPDIR", "tmp" },
+		{ "XDG_CONFIG_HOME", "config" },
+		{ "XDG_CACHE_HOME", "cache" },
+		{ "XDG_STATE_HOME", "state" },
+		{ "XDG_DATA_HOME", "data" },
+	};
+	int r;
+
+	for (; host && *host; host++) {
+		const char *kv = *host, *eq = strchr(kv, '=');
+		_cleanup_free_ char *name = NULL;
+		bool pass;
+
+		if (!eq || eq == kv)
+			continue;
+		name = strndup(kv, (size_t)(eq - kv));
+		if (!name)
+			return -ENOMEM;
+		if (c->env_allow_mode)
+			pass = match_any(name, (const char *const *)c->env_allow);
+		else
+			pass = !match_any(name, default_deny) &&
+			       !match_any(name, (const char *const *)c->env_deny);
+		if (home_root && match_any(name, redirected))
+			pass = false;
+		if (!pass)
+			continue;
+		r = env_put(&env, kv);
+		if (r < 0)
+			return r;
+	}
+
+	for (char **s = c->setenv; s && *s; s++) {
+		r = env_put(&env, *s);
+		if (r < 0)
+			return r;
+	}
+
+	if (home_root)
+		for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
+			_cleanup_free_ char *kv = NULL;
+
+			if (asprintf(&kv, "%s=%s/%s", dirs[i].name, home_root, dirs[i].sub) < 0)
+				return -ENOMEM;
+			r = env_put(&env, kv);
+			if (r < 0)
+				return r;
+		}
+
+	if (!env) {
+		env = calloc(1, sizeof(char *));
+		if (!env)
+			return -ENOMEM;
+	}
+	*ret = TAKE_PTR(env);
+	return 0;
+}

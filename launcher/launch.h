@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * draftbox-run's internal API: the parsed configuration of one run and the
+ * pieces that turn it into a bubblewrap sandbox (environment filter, expose
+ * rules, seccomp filter, cgroup, bwrap argument vector, the run itself and
+ * the host probe). main.c only calls launch_main().
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "uid-pool.h"
+
+enum launch_mode {
+	LAUNCH_MODE_OVERLAY,
+	LAUNCH_MODE_RW,
+	LAUNCH_MODE_RO,
+};
+
+enum launch_profile {
+	LAUNCH_PROFILE_STRICT,
+	LAUNCH_PROFILE_BALANCED,
+};
+
+/* Exit statuses of draftbox-run itself (see docs/launcher.md). */
+#define LAUNCH_EXIT_TIMEOUT 124
+#define LAUNCH_EXIT_FAILURE 125
+#define LAUNCH_EXIT_CANNOT_EXEC 126
+#define LAUNCH_EXIT_NOT_FOUND 127
+
+#define LAUNCH_DEFAULT_STATE_DIR "/var/lib/draftbox"
+#define LAUNCH_DEFAULT_RUNTIME_DIR "/run/draftbox"
+#define LAUNCH_DEFAULT_ALLOW_FILE "/etc/draftbox/expose-allow"
+#define LAUNCH_DEFAULT_GRACE 2.0
+#define LAUNCH_DEFAULT_MEMORY (2ULL << 30)
+#define LAUNCH_DEFAULT_PIDS 512
+#define LAUNCH_DEFAULT_NOFILE 1024
+#define LAUNCH_DEFAULT_FSIZE (4ULL << 30)
+#define LAUNCH_DEFAULT_TMP_SIZE (256ULL << 20)
+#define LAUNCH_DEFAULT_UID_WAIT 5.0
+
+/* Where the exec helper is bound inside the sandbox (/run is a tmpfs there). */
+#define LAUNCH_HELPER_DEST "/run/.draftbox-exec"
+/* The ephemeral home root (runs without --home-dir), on the sandbox's /run tmpfs. */
+#define LAUNCH_EPHEMERAL_HOME "/run/draftbox-home"
+
+/* One --expose rule. */
+struct launch_expose {
+	char *src;  /* as given; resolved by launch_expose_resolve() */
+	char *dest; /* absolute, normalized */
+	bool rw;
+	int fd;     /* O_PATH of the resolved source (not O_CLOEXEC, for bwrap), -1 until resolved */
+};
+
+struct launch_config {
+	char *workspace;      /* absolute, normalized */
+	enum launch_mode mode;
+	char *view;           /* overlay: existing draftfs mount */
+	char *session_dir;    /* overlay: where to put upper/work/view */
+	bool keep;
+	char *workspace_dest; /* default: workspace */
+	char *cwd;            /* default: workspace_dest */
+
+	enum launch_profile profile;
+	bool share_net;
+	struct launch_expose *exposes;
+	size_t n_exposes;
+	char **allow;         /* allowlist prefixes (strv) */
+	char *allow_file;     /* NULL: the default file if it exists */
+	char *state_dir;
+	char *runtime_dir;
+	char *bwrap;
+	char *draftfs;
+
+	bool uid_explicit;
+	uid_t uid;
+	gid_t gid;
+	uid_t pool_lo, pool_hi;
+	double uid_wait;
+
+	char **env_deny;      /* extra deny globs */
+	char **env_allow;     /* allow globs (allow mode) */
+	bool env_allow_mode;
+	char **setenv;        /* "K=V" */
+	char *home_dir;
+
+	double timeout;       /* 0: none */
+	double grace;
+	uint64_t memory;      /* 0: none */
+	uint64_t pids;        /* 0: none */
+	double cpu;           /* cores, 0: none */
+	uint64_t nofile;
+	uint64_t fsize;       /* 0: none */
+	uint64_t tmp_size;
+
+	int stdin_fd;         /* -1: /dev/null */
+	char *input;
+	bool json;
+	int json_fd;          /* -1: stdout */
+	bool probe;
+	bool verbose;
+
+	char **argv;          /* the command */
+};
+
+/* Fills @c with the defaults. */
+void launch_config_init(struct launch_config *c);
+/* Frees everything @c owns. */
+void launch_config_free(struct launch_config *c);
+
+/*
+ * Parses the command line into @c (initialized by the caller). Returns 0,
+ * 1 when --help/--version was handled (exit 0), or -EINVAL after logging
+ * what is wrong.
+ */
+int launch_parse_args(int argc, char **argv, struct launch_config *c);
+
+/* Parses "123", "4K", "2M", "1.5G" (powers of 1024). Returns 0 or -EINVAL / -ERANGE. */
+int launch_parse_size(const char *s, uint64_t *ret);
+/* Parses seconds, fractions allowed, >= 0. Returns 0 or -EINVAL. */
+int launch_parse_seconds(const char *s, double *ret);
+
+/*
+ * Normalizes an absolute path lexically: folds "//", "/./", strips a
+ * trailing slash. Rejects relative paths and ".." components (-EINVAL).
+ * *ret is a new string.
+ */
+int launch_path_normalize(const char *path, char **ret);
+/* True if @path equals @prefix or lies below it (component-wise). */
+bool launch_path_has_prefix(const char *path, const char *prefix);
+
+/* strv helpers: append a copy of @s / of each comma-separated item. Return 0 or -ENOMEM. */
+int launch_strv_push(char ***v, const char *s);
+int launch_strv_push_split(char ***v, const char *s, char sep);
+size_t launch_strv_len(char *const *v);
+
+/* --- env.c --- */
+
+/* True if @name matches one of the default deny globs (case-insensitive). */
+bool launch_env_default_denied(const char *name);
+
+/*
+ * Builds the sandbox environment from @host (NULL-terminated "K=V" list):
+ * default mode drops names matching the default deny globs and
+ * c->env_deny; allow mode keeps only names matching c->env_allow. Then
+ * c->setenv is applied, then HOME/TMPDIR/XDG_* point below @home_root
+ * (skipped when NULL). Returns 0 and a new strv in *ret, or -errno.
+ */
+int launch_env_build(const struct launch_config *c, char *const *host, const char *home_root, char ***ret);
+
+/* --- expose.c --- */
+
+/* Parses one --expose value. Returns 0 or -EINVAL. */
+int launch_expose_parse(const char *spec, struct launch_expose *ret);
+
+/*
+ * Loads allowlist prefixes from @path into *allow (resolved with
+ * realpath; missing prefixes are skipped). Returns 0, -ENOENT if the
+ * file is absent, -EINVAL for a relative line, or -errno.
+ */
+int launch_allow_load(const char *path, char ***allow);
+
+/*
+ * Resolves every expose source (realpath) and checks it against @allow
+ * (each resolved too); drops rules overridden by a later rule for the same
+ * dest. On failure *ret_bad points at the offending source.
+ * Returns 0, -EPERM (outside the allowlist), -ENOENT, or -errno.
+ */
+int launch_expose_resolve(struct launch_config *c, const char **ret_bad);
+
+/* --- seccomp.c --- */
+
+/*
+ * Returns an fd (not O_CLOEXEC, offset at the program) holding the BPF
+ * program for @profile / @share_net on the native arch, from the cache in
+ * @cache_dir (root-owned 0700, verified before use) or freshly compiled
+ * and stored there. Returns the fd or -errno.
+ */
+int launch_seccomp_fd(const char *cache_dir, enum launch_profile profile, bool share_net);
+
+/* Compiles the filter and exports it to a new memfd. Returns the fd or -errno (for tests and the probe). */
+int launch_seccomp_compile_fd(enum launch_profile profile, bool share_net);
+
+/* --- cgroup.c --- */
+
+enum launch_cgroup_version {
+	LAUNCH_CGROUP_NONE = 0,
+	LAUNCH_CGROUP_V1 = 1,
+	LAUNCH_CGROUP_V2 = 2,
+};
+
+struct launch_cgroup {
+	enum launch_cgroup_version version;
+	char *v2_path;     /* /sys/fs/cgroup/<...>/run-X */
+	char *v1_pids;     /* per controller dirs (v1) */
+	char *v1_memory;
+	char *v1_cpu;
+	char *v1_cpuacct;
+	char *v1_freezer;
+};
+
+/* Detects the cgroup setup: which version has the pids+memory controllers. */
+enum launch_cgroup_version launch_cgroup_detect(void);
+
+/*
+ * Creates a cgroup named @name for one run and applies the limits.
+ * Returns 0 or -errno (-EOPNOTSUPP: no usable cgroup controllers).
+ */
+int launch_cgroup_create(const struct launch_config *c, const char *name, struct launch_cgroup *ret);
+/* Moves @pid into the cgroup (all hierarchies). Returns 0 or -errno. */
+int launch_cgroup_attach(const struct launch_cgroup *cg, pid_t pid);
+/* Sends @sig to every process in the cgroup whose uid is not 0 (the sandboxed ones). Returns how many. */
+int launch_cgroup_signal_sandboxed(const struct launch_cgroup *cg, int sig);
+/* Kills everything in the cgroup (freezing it first) until it is empty or @timeout_ms passes. Returns 0 or -EBUSY. */
+int launch_cgroup_kill_all(const struct launch_cgroup *cg, unsigned timeout_ms);
+/* Reads peak memory, OOM kills and CPU usage. Missing values are left 0. */
+void launch_cgroup_stats(const struct launch_cgroup *cg, uint64_t *peak_bytes, uint64_t *oom_kills, uint64_t *cpu_ns);
+/* Kills what is left, removes the cgroup dirs and frees @cg. Accepts an empty one. */
+void launch_cgroup_destroy(struct launch_cgroup *cg);
+
+/* --- bwrap-args.c --- */
+
+/* What the run decided before building bwrap's arguments. */
+struct launch_plan {
+	const char *ws_source;    /* the dir bound as the workspace (view or real dir) */
+	const char *home_root;    /* per-session dir (home, tmp, xdg), bound from the host */
+	bool home_ephemeral;      /* home_root lives on the sandbox's /run, made by the helper */
+	const char *helper;       /* host path of draftbox-exec */
+	int seccomp_fd;
+	int status_fd;            /* helper -> launcher status pipe, write end */
+	uid_t uid;
+	gid_t gid;
+	char **hide;              /* extra dirs to hide with a tmpfs (session dir) */
+};
+
+/*
+ * Builds bwrap's argument list (without argv[0], NUL-separated for --args)
+ * for @c and @p into a new strv. Returns 0 or -errno.
+ */
+int launch_bwrap_args(const struct launch_config *c, const struct launch_plan *p, char ***ret);
+
+/* --- run.c / probe.c --- */
+
+/* Runs the whole thing; returns the process exit status. */
+int launch_main(int argc, char **argv);
+
+/*
+ * Runs c->argv as configured (everything but --probe) and returns the exit
+ * status documented in docs/launcher.md. Logs its own errors. Leaves
+ * nothing mounted, running or locked behind.
+ */
+int launch_run(struct launch_config *c);
+
+/* Prints the probe JSON to stdout. Returns 0 if full isolation is available, 1 if not, -errno. */
+int launch_probe(const struct launch_config *c);
+
+/* Finds bwrap (c->bwrap or PATH) and the exec helper. Return 0 and a new string, or -ENOENT. */
+int launch_find_bwrap(const struct launch_config *c, char **ret);
+int launch_find_helper(char **ret);
+int launch_find_draftfs(const struct launch_config *c, char **ret);

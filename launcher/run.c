@@ -1,0 +1,893 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * One run of draftbox-run: check the input, take a uid, prepare the home
+ * dir and (overlay mode) the draftfs view, create the cgroup, start bwrap
+ * with the filtered environment, wait with the timeout and the
+ * SIGINT/SIGTERM/SIGKILL escalation, collect the result, and undo
+ * everything (cgroup, mount, temporary dirs, uid) on every path out.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fdpath.h"
+#include "fsutil.h"
+#include "json-util.h"
+#include "launch.h"
+#include "log.h"
+#include "macro.h"
+
+#define FUSE_SUPER_MAGIC 0x65735546
+
+extern char **environ;
+
+static int log_oom(void)
+{
+	return log_error_errno(-ENOMEM, "out of memory");
+}
+
+struct run_state {
+	struct launch_config *c;
+	struct launch_uid_lease lease;
+	uid_t uid;
+	gid_t gid;
+	char *bwrap, *helper, *draftfs;
+	char *home_root;       /* per-session dir used */
+	bool home_ephemeral;   /* ... made by the helper on the sandbox's /run */
+	char *session_dir;     /* overlay: where our own view lives */
+	char *tmp_session;     /* ... when we made it and remove it */
+	char *view;            /* the view we mounted (to unmount) */
+	pid_t draftfs_pid;     /* foreground draftfs child, or 0 */
+	struct launch_cgroup cg;
+	char **hide;
+	char **env;
+};
+
+struct run_result {
+	bool exited;
+	int exit_code;
+	int signal;
+	bool timed_out;
+	bool cancelled;
+	bool oom_killed;
+	bool failed;           /* the sandbox could not be set up (message already printed) */
+	double wall_ms;
+	double cpu_ms;
+	uint64_t peak_bytes;
+};
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static bool is_fuse_mount(const char *path)
+{
+	struct statfs sfs;
+
+	return statfs(path, &sfs) == 0 && (unsigned long)sfs.f_type == FUSE_SUPER_MAGIC;
+}
+
+/* Searches PATH for @name (or takes it as is if it has a '/'). */
+static int find_exec(const char *name, char **ret)
+{
+	const char *path = getenv("PATH");
+	_cleanup_free_ char *copy = NULL;
+	char *p, *dir;
+
+	if (strchr(name, '/')) {
+		if (access(name, X_OK) < 0)
+			return -errno;
+		*ret = strdup(name);
+		return *ret ? 0 : -ENOMEM;
+	}
+	copy = strdup(path && *path ? path : "/usr/local/bin:/usr/bin:/bin");
+	if (!copy)
+		return -ENOMEM;
+	for (p = copy; (dir = strsep(&p, ":"));) {
+		_cleanup_free_ char *full = NULL;
+
+		if (dir[0] != '/')
+			continue; /* never a relative PATH entry */
+		if (asprintf(&full, "%s/%s", dir, name) < 0)
+			return -ENOMEM;
+		if (access(full, X_OK) == 0) {
+			*ret = TAKE_PTR(full);
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+/* A file next to our own binary, if it exists. */
+static int find_sibling(const char *name, char **ret)
+{
+	char self[4096];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	char *slash;
+
+	if (n <= 0)
+		return -ENOENT;
+	self[n] = 0;
+	slash = strrchr(self, '/');
+	if (!slash)
+		return -ENOENT;
+	*slash = 0;
+	if (asprintf(ret, "%s/%s", self, name) < 0)
+		return -ENOMEM;
+	if (access(*ret, X_OK) < 0) {
+		free(*ret);
+		*ret = NULL;
+		return -ENOENT;
+	}
+	return 0;
+}
+
+int launch_find_bwrap(const struct launch_config *c, char **ret)
+{
+	return find_exec(c->bwrap ? c->bwrap : "bwrap", ret);
+}
+
+int launch_find_helper(char **ret)
+{
+	_cleanup_free_ char *p = NULL;
+
+	if (find_sibling("draftbox-exec", ret) == 0)
+		return 0;
+	if (asprintf(&p, "%s/draftbox-exec", DRAFTBOX_LIBEXECDIR) < 0)
+		return -ENOMEM;
+	if (access(p, X_OK) < 0)
+		return -ENOENT;
+	*ret = TAKE_PTR(p);
+	return 0;
+}
+
+int launch_find_draftfs(const struct launch_config *c, char **ret)
+{
+	_cleanup_free_ char *p = NULL;
+
+	if (c->draftfs)
+		return find_exec(c->draftfs, ret);
+	/* build tree: launcher/draftbox-run next to fs/draftfs */
+	if (find_sibling("draftfs", ret) == 0 || find_sibling("../fs/draftfs", ret) == 0)
+		return 0;
+	return find_exec("draftfs", ret);
+}
+
+/* Opens the workspace and checks it is a directory. Logs. */
+static int check_dir(const char *what, const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) < 0)
+		return log_error_errno(-errno, "cannot use %s '%s'", what, path);
+	if (!S_ISDIR(st.st_mode))
+		return log_error_errno(-ENOTDIR, "%s '%s' is not a directory", what, path);
+	return 0;
+}
+
+static int make_tmp_dir(const char *runtime_dir, const char *prefix, char **ret)
+{
+	_cleanup_free_ char *base = NULL, *t = NULL;
+	int r;
+
+	if (asprintf(&base, "%s/tmp", runtime_dir) < 0)
+		return -ENOMEM;
+	r = launch_mkdir_p(base, 0700);
+	if (r < 0)
+		return r;
+	if (asprintf(&t, "%s/%s-XXXXXX", base, prefix) < 0)
+		return -ENOMEM;
+	if (!mkdtemp(t))
+		return -errno;
+	if (chmod(t, 0755) < 0)
+		return -errno;
+	*ret = TAKE_PTR(t);
+	return 0;
+}
+
+/* Mounts our own draftfs view of the workspace at <session>/view. Logs. */
+static int mount_view(struct run_state *s)
+{
+	struct launch_config *c = s->c;
+	_cleanup_free_ char *upper = NULL, *work = NULL, *view = NULL, *opts = NULL;
+	struct stat ws;
+	double deadline;
+	pid_t pid;
+	int r;
+
+	r = launch_find_draftfs(c, &s->draftfs);
+	if (r < 0)
+		return log_error_errno(r, "cannot find draftfs (use --draftfs, or --view with an existing mount)");
+	if (c->session_dir) {
+		s->session_dir = strdup(c->session_dir);
+		if (!s->session_dir)
+			return -ENOMEM;
+		r = launch_mkdir_p(s->session_dir, 0700);
+		if (r < 0)
+			return log_error_errno(r, "cannot create session dir '%s'", s->session_dir);
+	} else {
+		r = make_tmp_dir(c->runtime_dir, "session", &s->tmp_session);
+		if (r < 0)
+			return log_error_errno(r, "cannot create a session dir in '%s'", c->runtime_dir);
+		s->session_dir = strdup(s->tmp_session);
+		if (!s->session_dir)
+			return -ENOMEM;
+	}
+	if (asprintf(&upper, "%s/upper", s->session_dir) < 0 || asprintf(&work, "%s/work", s->session_dir) < 0 ||
+	    asprintf(&view, "%s/view", s->session_dir) < 0)
+		return -ENOMEM;
+	if ((mkdir(upper, 0755) < 0 && errno != EEXIST) || (mkdir(work, 0700) < 0 && errno != EEXIST) ||
+	    (mkdir(view, 0755) < 0 && errno != EEXIST))
+		return log_error_errno(-errno, "cannot create the layer dirs in '%s'", s->session_dir);
+	if (is_fuse_mount(view))
+		return log_error_errno(-EBUSY, "'%s' is already mounted (use --view to run in it)", view);
+	if (stat(c->workspace, &ws) < 0)
+		return log_error_errno(-errno, "cannot stat workspace '%s'", c->workspace);
+	/* the workspace owner's files appear as the sandbox uid in the view */
+	if (asprintf(&opts, "lowerdir=%s,upperdir=%s,workdir=%s,uidmapping=%u:%u:1,gidmapping=%u:%u:1",
+		     c->workspace, upper, work, (unsigned)ws.st_uid, (unsigned)s->uid, (unsigned)ws.st_gid,
+		     (unsigned)s->gid) < 0)
+		return -ENOMEM;
+	if (strchr(c->workspace, ',') || strchr(s->session_dir, ','))
+		return log_error_errno(-EINVAL, "paths with ',' cannot be mounted with draftfs");
+
+	pid = fork();
+	if (pid < 0)
+		return log_error_errno(-errno, "cannot fork");
+	if (pid == 0) {
+		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+		if (null >= 0)
+			dup2(null, 0), dup2(null, 1);
+		if (c->keep)
+			execl(s->draftfs, "draftfs", "-o", opts, view, (char *)NULL);
+		else
+			execl(s->draftfs, "draftfs", "-f", "-o", opts, view, (char *)NULL);
+		_exit(127);
+	}
+	if (c->keep) {
+		int st;
+
+		/* the daemon forks; its parent returns once the mount is up */
+		if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			return log_error_errno(-EIO, "draftfs failed to mount '%s'", view);
+	} else {
+		s->draftfs_pid = pid;
+	}
+	deadline = now_ms() + 10000;
+	while (!is_fuse_mount(view)) {
+		int st;
+
+		if (s->draftfs_pid > 0 && waitpid(s->draftfs_pid, &st, WNOHANG) == s->draftfs_pid) {
+			s->draftfs_pid = 0;
+			return log_error_errno(-EIO, "draftfs exited before mounting '%s'", view);
+		}
+		if (now_ms() > deadline)
+			return log_error_errno(-ETIMEDOUT, "draftfs did not mount '%s' in time", view);
+		usleep(1000);
+	}
+	s->view = TAKE_PTR(view);
+	return 0;
+}
+
+static void unmount_view(struct run_state *s)
+{
+	if (s->view && !s->c->keep) {
+		if (umount2(s->view, 0) < 0 && errno != EINVAL && errno != ENOENT)
+			(void)umount2(s->view, MNT_DETACH);
+	}
+	if (s->draftfs_pid > 0) {
+		double deadline = now_ms() + 5000;
+		int st;
+
+		while (waitpid(s->draftfs_pid, &st, WNOHANG) == 0) {
+			if (now_ms() > deadline) {
+				kill(s->draftfs_pid, SIGKILL);
+				waitpid(s->draftfs_pid, &st, 0);
+				break;
+			}
+			usleep(1000);
+		}
+		s->draftfs_pid = 0;
+	}
+}
+
+static void state_free(struct run_state *s)
+{
+	launch_cgroup_destroy(&s->cg);
+	unmount_view(s);
+	if (s->tmp_session && !s->c->keep)
+		(void)launch_rm_rf(s->tmp_session);
+	launch_uid_release(&s->lease);
+	free(s->bwrap);
+	free(s->helper);
+	free(s->draftfs);
+	free(s->home_root);
+	free(s->session_dir);
+	free(s->tmp_session);
+	free(s->view);
+	strv_free(s->hide);
+	strv_free(s->env);
+}
+
+/*
+ * Writes bwrap's options (up to the first "--"; every option value is an
+ * absolute path or a number, never "--") NUL-separated to a new memfd, and
+ * points *ret_cmd at the "--" that starts the command, which bwrap only
+ * takes from its real argv.
+ */
+static int args_memfd(char **args, char ***ret_cmd)
+{
+	_cleanup_close_ int fd = -1;
+	char **a;
+	int r;
+
+	fd = (int)syscall(SYS_memfd_create, "draftbox-bwrap-args", 1u /* MFD_CLOEXEC */);
+	if (fd < 0)
+		return -errno;
+	for (a = args; *a && strcmp(*a, "--") != 0; a++) {
+		r = write_full(fd, *a, strlen(*a) + 1);
+		if (r < 0)
+			return r;
+	}
+	if (!*a)
+		return -EINVAL;
+	if (lseek(fd, 0, SEEK_SET) < 0)
+		return -errno;
+	*ret_cmd = a;
+	return TAKE_FD(fd);
+}
+
+static int clear_cloexec(int fd)
+{
+	int fl = fcntl(fd, F_GETFD);
+
+	if (fl < 0 || fcntl(fd, F_SETFD, fl & ~FD_CLOEXEC) < 0)
+		return -errno;
+	return 0;
+}
+
+/* The escalation on timeout or cancel: SIGINT, grace, SIGTERM, grace, SIGKILL of everything. */
+struct escalation {
+	int stage;       /* 0 running, 1 SIGINT sent, 2 SIGTERM sent, 3 killed */
+	double next;     /* when to take the next step (ms, monotonic) */
+};
+
+static void escalate(struct run_state *s, struct escalation *e, pid_t bwrap_pid)
+{
+	double grace = s->c->grace * 1000;
+
+	e->stage++;
+	if (e->stage == 1) {
+		launch_cgroup_signal_sandboxed(&s->cg, SIGINT);
+		e->next = now_ms() + grace;
+	} else if (e->stage == 2) {
+		launch_cgroup_signal_sandboxed(&s->cg, SIGTERM);
+		e->next = now_ms() + grace;
+	} else {
+		(void)launch_cgroup_kill_all(&s->cg, 1000);
+		kill(bwrap_pid, SIGKILL);
+		e->stage = 3;
+		e->next = now_ms() + 1000;
+	}
+}
+
+/* Starts bwrap and waits for it. Fills @res. Logs. */
+static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, struct run_result *res)
+{
+	struct launch_config *c = s->c;
+	_cleanup_strv_free_ char **args = NULL;
+	_cleanup_free_ char **bargv = NULL;
+	char **cmd = NULL;
+	_cleanup_close_ int args_fd = -1, sfd = -1, pidfd = -1;
+	int status_pipe[2] = { -1, -1 }, err_pipe[2] = { -1, -1 };
+	struct launch_plan plan = {
+		.ws_source = s->view ? s->view : (c->view ? c->view : c->workspace),
+		.home_root = s->home_root,
+		.home_ephemeral = s->home_ephemeral,
+		.helper = s->helper,
+		.seccomp_fd = seccomp_fd,
+		.uid = s->uid,
+		.gid = s->gid,
+		.hide = s->hide,
+	};
+	struct escalation esc = { .stage = 0, .next = INFINITY };
+	char status_buf[256] = {}, fdbuf[16];
+	struct rusage ru = {};
+	sigset_t mask, old;
+	double start, deadline;
+	size_t status_len = 0;
+	pid_t pid;
+	int r, st, child_err = 0;
+	ssize_t n;
+
+	if (pipe2(status_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0) {
+		r = log_error_errno(-errno, "cannot create pipes");
+		goto out;
+	}
+	plan.status_fd = status_pipe[1];
+	r = launch_bwrap_args(c, &plan, &args);
+	if (r < 0) {
+		log_error_errno(r, "cannot build the bwrap command line");
+		goto out;
+	}
+	if (log_get_max_level() >= LOG_LEVEL_DEBUG)
+		for (char **a = args; *a; a++)
+			log_debug("bwrap arg: %s", *a);
+	args_fd = args_memfd(args, &cmd);
+	if (args_fd < 0) {
+		r = log_error_errno(args_fd, "cannot pass arguments to bwrap");
+		goto out;
+	}
+
+	/* bwrap --args FD -- HELPER ... COMMAND */
+	bargv = calloc(launch_strv_len(cmd) + 4, sizeof(char *));
+	if (!bargv) {
+		r = log_oom();
+		goto out;
+	}
+	snprintf(fdbuf, sizeof(fdbuf), "%d", args_fd);
+	bargv[0] = s->bwrap;
+	bargv[1] = (char *)"--args";
+	bargv[2] = fdbuf;
+	for (size_t i = 0; cmd[i]; i++)
+		bargv[3 + i] = cmd[i];
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGHUP);
+	sigprocmask(SIG_BLOCK, &mask, &old);
+	sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sfd < 0) {
+		r = log_error_errno(-errno, "cannot create signalfd");
+		goto out_mask;
+	}
+
+	start = now_ms();
+	pid = fork();
+	if (pid < 0) {
+		r = log_error_errno(-errno, "cannot fork");
+		goto out_mask;
+	}
+	if (pid == 0) {
+		int e = 0;
+
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		signal(SIGPIPE, SIG_DFL);
+		if (dup2(stdin_fd, 0) < 0)
+			goto child_fail;
+		if (clear_cloexec(args_fd) < 0 || clear_cloexec(seccomp_fd) < 0 || clear_cloexec(status_pipe[1]) < 0)
+			goto child_fail;
+		for (size_t i = 0; i < c->n_exposes; i++)
+			if (clear_cloexec(c->exposes[i].fd) < 0)
+				goto child_fail;
+		if (launch_cgroup_attach(&s->cg, getpid()) < 0)
+			goto child_fail;
+		execve(s->bwrap, bargv, s->env);
+child_fail:
+		e = errno ? errno : EIO;
+		(void)!write(err_pipe[1], &e, sizeof(e));
+		_exit(LAUNCH_EXIT_FAILURE);
+	}
+	close(err_pipe[1]);
+	err_pipe[1] = -1;
+	close(status_pipe[1]);
+	status_pipe[1] = -1;
+	if (read(err_pipe[0], &child_err, sizeof(child_err)) == (ssize_t)sizeof(child_err)) {
+		waitpid(pid, NULL, 0);
+		r = log_error_errno(-child_err, "cannot start bwrap '%s'", s->bwrap);
+		goto out_mask;
+	}
+
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (pidfd < 0) {
+		r = log_error_errno(-errno, "cannot watch bwrap (pidfd_open)");
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		goto out_mask;
+	}
+	deadline = c->timeout > 0 ? start + c->timeout * 1000 : INFINITY;
+	for (;;) {
+		struct pollfd pfd[3] = {
+			{ .fd = pidfd, .events = POLLIN },
+			{ .fd = sfd, .events = POLLIN },
+			{ .fd = status_pipe[0], .events = POLLIN },
+		};
+		double now = now_ms(), wake = MIN(deadline, esc.next);
+		int timeout_ms = isinf(wake) ? -1 : (int)MAX(0.0, ceil(wake - now));
+
+		if (poll(pfd, status_pipe[0] >= 0 ? 3 : 2, timeout_ms) < 0) {
+			if (errno != EINTR)
+				usleep(1000); /* cannot happen with valid fds; do not spin */
+			continue;
+		}
+		if (pfd[0].revents & POLLIN)
+			break;
+		if (pfd[2].revents & (POLLIN | POLLHUP)) {
+			n = read(status_pipe[0], status_buf + status_len, sizeof(status_buf) - 1 - status_len);
+			if (n > 0)
+				status_len += (size_t)n;
+			else {
+				close(status_pipe[0]);
+				status_pipe[0] = -1;
+			}
+		}
+		if (pfd[1].revents & POLLIN) {
+			struct signalfd_siginfo si;
+
+			while (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+				if (!res->timed_out)
+					res->cancelled = true;
+				if (esc.stage == 0)
+					escalate(s, &esc, pid);
+				else if (esc.stage < 3) {
+					/* a second request: no more grace */
+					esc.stage = 2;
+					escalate(s, &esc, pid);
+				}
+			}
+		}
+		now = now_ms();
+		if (esc.stage == 0 && now >= deadline) {
+			res->timed_out = true;
+			log_debug("timeout after %.3fs", c->timeout);
+			escalate(s, &esc, pid);
+		} else if (esc.stage > 0 && now >= esc.next) {
+			escalate(s, &esc, pid);
+		}
+	}
+	while (wait4(pid, &st, 0, &ru) < 0)
+		if (errno != EINTR) {
+			r = log_error_errno(-errno, "cannot wait for bwrap");
+			goto out_mask;
+		}
+	res->wall_ms = now_ms() - start;
+	res->cpu_ms = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+		      (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+	res->peak_bytes = (uint64_t)ru.ru_maxrss * 1024;
+
+	/* whatever the helper said; the pipe's writers are gone with the sandbox */
+	while (status_pipe[0] >= 0 && status_len < sizeof(status_buf) - 1 &&
+	       (n = read(status_pipe[0], status_buf + status_len, sizeof(status_buf) - 1 - status_len)) > 0)
+		status_len += (size_t)n;
+	status_buf[status_len] = 0;
+
+	{
+		char *line = status_buf, *last = NULL;
+		char kind = 0;
+		long v = 0;
+
+		for (char *p = strtok(line, "\n"); p; p = strtok(NULL, "\n"))
+			last = p;
+		if (last)
+			kind = last[0];
+		if (last && strlen(last) > 2)
+			v = strtol(last + 2, NULL, 10);
+		switch (kind) {
+		case 'X':
+			res->exited = true;
+			res->exit_code = (int)v;
+			break;
+		case 'S':
+			res->signal = (int)v;
+			break;
+		case 'E':
+			res->exited = true;
+			res->exit_code = v == ENOENT ? LAUNCH_EXIT_NOT_FOUND : LAUNCH_EXIT_CANNOT_EXEC;
+			break;
+		case 'F':
+			log_error("the sandbox refused to start: %s", last + 2);
+			res->failed = true;
+			break;
+		default:
+			/* no word from the helper: bwrap failed to set up, or the helper was killed */
+			if (WIFSIGNALED(st)) {
+				res->signal = WTERMSIG(st);
+			} else if (WEXITSTATUS(st) >= 128 && WEXITSTATUS(st) < 128 + 65) {
+				res->signal = WEXITSTATUS(st) - 128;
+			} else if (esc.stage > 0) {
+				res->signal = SIGKILL;
+			} else {
+				log_error("bwrap failed to set up the sandbox (exit status %d)", WEXITSTATUS(st));
+				res->failed = true;
+			}
+		}
+	}
+	r = 0;
+
+out_mask:
+	sigprocmask(SIG_SETMASK, &old, NULL);
+out:
+	safe_close(status_pipe[0]);
+	safe_close(status_pipe[1]);
+	safe_close(err_pipe[0]);
+	safe_close(err_pipe[1]);
+	return r;
+}
+
+static int print_json(const struct launch_config *c, const struct run_state *s, const struct run_result *res)
+{
+	_cleanup_json_ cJSON *o = cJSON_CreateObject();
+	_cleanup_cjson_str_ char *text = NULL;
+	_cleanup_free_ char *line = NULL;
+	char sig[32];
+	int fd = c->json_fd >= 0 ? c->json_fd : STDOUT_FILENO;
+
+	if (!o)
+		return -ENOMEM;
+	if (res->exited)
+		cJSON_AddNumberToObject(o, "exit_code", res->exit_code);
+	else
+		cJSON_AddNullToObject(o, "exit_code");
+	if (res->signal) {
+		const char *abbrev = sigabbrev_np(res->signal);
+
+		if (abbrev)
+			snprintf(sig, sizeof(sig), "SIG%s", abbrev);
+		else
+			snprintf(sig, sizeof(sig), "%d", res->signal);
+		cJSON_AddStringToObject(o, "signal", sig);
+	} else {
+		cJSON_AddNullToObject(o, "signal");
+	}
+	cJSON_AddBoolToObject(o, "timed_out", res->timed_out);
+	cJSON_AddBoolToObject(o, "cancelled", res->cancelled);
+	cJSON_AddBoolToObject(o, "oom_killed", res->oom_killed);
+	cJSON_AddNumberToObject(o, "wall_time_ms", round(res->wall_ms * 1000) / 1000);
+	cJSON_AddNumberToObject(o, "cpu_time_ms", round(res->cpu_ms * 1000) / 1000);
+	json_add_u64(o, "peak_memory_bytes", res->peak_bytes);
+	cJSON_AddNumberToObject(o, "uid", s->uid);
+	cJSON_AddStringToObject(o, "cgroup", s->cg.version == LAUNCH_CGROUP_V2 ? "v2" : "v1");
+	text = cJSON_PrintUnformatted(o);
+	if (!text)
+		return -ENOMEM;
+	if (asprintf(&line, "%s\n", text) < 0)
+		return -ENOMEM;
+	return write_full(fd, line, strlen(line));
+}
+
+int launch_run(struct launch_config *c)
+{
+	struct run_state s = { .c = c, .lease = LAUNCH_UID_LEASE_INIT };
+	struct run_result res = {};
+	_cleanup_free_ char *uid_dir = NULL, *cache_dir = NULL, *name = NULL;
+	_cleanup_close_ int seccomp_fd = -1, stdin_fd = -1;
+	const char *bad = NULL;
+	uint64_t peak = 0, ooms = 0, cpu_ns = 0;
+	int r, status = LAUNCH_EXIT_FAILURE;
+
+	r = check_dir("workspace", c->workspace);
+	if (r < 0)
+		goto out;
+	if (c->view) {
+		r = check_dir("view", c->view);
+		if (r < 0)
+			goto out;
+		if (!is_fuse_mount(c->view)) {
+			r = log_error_errno(-EINVAL, "view '%s' is not a draftfs mount", c->view);
+			goto out;
+		}
+	}
+	r = launch_find_bwrap(c, &s.bwrap);
+	if (r < 0) {
+		r = log_error_errno(r, "cannot find bwrap '%s'", c->bwrap ? c->bwrap : "bwrap");
+		goto out;
+	}
+	r = launch_find_helper(&s.helper);
+	if (r < 0) {
+		r = log_error_errno(r, "cannot find draftbox-exec next to draftbox-run or in '%s'", DRAFTBOX_LIBEXECDIR);
+		goto out;
+	}
+
+	/* the expose allowlist */
+	if (c->allow_file) {
+		r = launch_allow_load(c->allow_file, &c->allow);
+		if (r < 0) {
+			r = log_error_errno(r, "cannot read allowlist '%s'", c->allow_file);
+			goto out;
+		}
+	} else if (access(LAUNCH_DEFAULT_ALLOW_FILE, F_OK) == 0) {
+		r = launch_allow_load(LAUNCH_DEFAULT_ALLOW_FILE, &c->allow);
+		if (r < 0) {
+			r = log_error_errno(r, "cannot read allowlist '%s'", LAUNCH_DEFAULT_ALLOW_FILE);
+			goto out;
+		}
+	}
+	r = launch_expose_resolve(c, &bad);
+	if (r == -EPERM) {
+		log_error("expose source '%s' is outside the allowlist (see --allow)", bad);
+		goto out;
+	} else if (r < 0) {
+		r = log_error_errno(r, "cannot expose '%s'", bad ? bad : "?");
+		goto out;
+	}
+
+	r = launch_mkdir_p(c->runtime_dir, 0755);
+	if (r < 0) {
+		r = log_error_errno(r, "cannot create runtime dir '%s'", c->runtime_dir);
+		goto out;
+	}
+
+	/* stdin */
+	if (c->input) {
+		stdin_fd = open(c->input, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+		if (stdin_fd < 0) {
+			r = log_error_errno(-errno, "cannot open input '%s'", c->input);
+			goto out;
+		}
+	} else if (c->stdin_fd >= 0) {
+		stdin_fd = fcntl(c->stdin_fd, F_DUPFD_CLOEXEC, 3);
+		if (stdin_fd < 0) {
+			r = log_error_errno(-errno, "bad --stdin-fd %d", c->stdin_fd);
+			goto out;
+		}
+	} else {
+		stdin_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (stdin_fd < 0) {
+			r = log_error_errno(-errno, "cannot open /dev/null");
+			goto out;
+		}
+	}
+
+	/* identity */
+	if (c->uid_explicit) {
+		s.uid = c->uid;
+		s.gid = c->gid;
+	} else {
+		if (asprintf(&uid_dir, "%s/uids", c->runtime_dir) < 0) {
+			r = log_oom();
+			goto out;
+		}
+		r = launch_uid_acquire(uid_dir, c->pool_lo, c->pool_hi, (unsigned)(c->uid_wait * 1000), &s.lease);
+		if (r == -EAGAIN) {
+			log_error("uid pool %u-%u is exhausted (waited %.1fs)", (unsigned)c->pool_lo,
+				  (unsigned)c->pool_hi, c->uid_wait);
+			goto out;
+		} else if (r < 0) {
+			r = log_error_errno(r, "cannot take a uid from the pool in '%s'", uid_dir);
+			goto out;
+		}
+		s.uid = s.lease.uid;
+		s.gid = s.lease.gid;
+	}
+
+	/* home, tmp and xdg dirs */
+	if (c->home_dir) {
+		s.home_root = strdup(c->home_dir);
+		if (!s.home_root) {
+			r = log_oom();
+			goto out;
+		}
+		r = launch_prepare_home(s.home_root, s.uid, s.gid);
+		if (r < 0) {
+			r = log_error_errno(r, "cannot prepare home dir '%s'", s.home_root);
+			goto out;
+		}
+	} else {
+		/* nothing to keep: the helper makes it on the sandbox's own /run */
+		s.home_root = strdup(LAUNCH_EPHEMERAL_HOME);
+		if (!s.home_root) {
+			r = log_oom();
+			goto out;
+		}
+		s.home_ephemeral = true;
+	}
+
+	if (c->mode == LAUNCH_MODE_OVERLAY && !c->view) {
+		r = mount_view(&s);
+		if (r < 0)
+			goto out;
+		if (launch_strv_push(&s.hide, s.session_dir) < 0) {
+			r = log_oom();
+			goto out;
+		}
+	}
+
+	if (asprintf(&name, "run-%d-%llx", (int)getpid(), (unsigned long long)(now_ms() * 1000)) < 0) {
+		r = log_oom();
+		goto out;
+	}
+	r = launch_cgroup_create(c, name, &s.cg);
+	if (r == -EOPNOTSUPP) {
+		log_error("no usable cgroup controllers (pids and memory, v1 or v2); refusing to run without limits");
+		goto out;
+	} else if (r < 0) {
+		r = log_error_errno(r, "cannot create cgroup '%s'", name);
+		goto out;
+	}
+
+	if (asprintf(&cache_dir, "%s/seccomp", c->runtime_dir) < 0) {
+		r = log_oom();
+		goto out;
+	}
+	seccomp_fd = launch_seccomp_fd(cache_dir, c->profile, c->share_net);
+	if (seccomp_fd < 0) {
+		r = log_error_errno(seccomp_fd, "cannot build the seccomp filter");
+		goto out;
+	}
+
+	r = launch_env_build(c, environ, s.home_root, &s.env);
+	if (r < 0) {
+		r = log_error_errno(r, "cannot build the environment");
+		goto out;
+	}
+
+	r = start_and_wait(&s, seccomp_fd, stdin_fd, &res);
+	if (r < 0)
+		goto out;
+
+	(void)launch_cgroup_kill_all(&s.cg, 2000);
+	launch_cgroup_stats(&s.cg, &peak, &ooms, &cpu_ns);
+	if (peak)
+		res.peak_bytes = peak;
+	if (cpu_ns)
+		res.cpu_ms = cpu_ns / 1e6;
+	res.oom_killed = ooms > 0;
+
+	if (res.failed) {
+		status = LAUNCH_EXIT_FAILURE;
+		goto out;
+	}
+	if (c->json) {
+		r = print_json(c, &s, &res);
+		if (r < 0)
+			log_error_errno(r, "cannot write the JSON result");
+	}
+	if (res.timed_out)
+		status = LAUNCH_EXIT_TIMEOUT;
+	else if (res.signal)
+		status = 128 + res.signal;
+	else
+		status = res.exit_code;
+out:
+	state_free(&s);
+	return status;
+}
+
+int launch_main(int argc, char **argv)
+{
+	struct launch_config c;
+	int r, status;
+
+	log_set_program("draftbox-run");
+	launch_config_init(&c);
+	r = launch_parse_args(argc, argv, &c);
+	if (r != 0) {
+		launch_config_free(&c);
+		return r > 0 ? 0 : LAUNCH_EXIT_FAILURE;
+	}
+	if (c.verbose)
+		log_set_max_level(LOG_LEVEL_DEBUG);
+	if (geteuid() != 0) {
+		log_error("draftbox-run must run as root (it creates cgroups and drops to a pool uid)");
+		launch_config_free(&c);
+		return LAUNCH_EXIT_FAILURE;
+	}
+	if (c.probe) {
+		r = launch_probe(&c);
+		status = r == 0 ? 0 : 1;
+	} else {
+		status = launch_run(&c);
+	}
+	launch_config_free(&c);
+	return status;
+}
