@@ -595,6 +595,13 @@ static int sse_line(struct sse_parser *p)
 		return sse_dispatch(p);
 	if (line[0] == ':')
 		return 0;
+	if (line[0] == '{') {
+		/* execd's framing: a bare JSON object per line (what the SDK's parser accepts too) */
+		r = sse_dispatch(p);
+		if (r != 0)
+			return r;
+		return p->cb("message", line, len, p->userdata);
+	}
 	colon = memchr(line, ':', len);
 	name_len = colon ? (size_t)(colon - line) : len;
 	value = colon ? colon + 1 : line + len;

@@ -84,7 +84,8 @@ void http_response_done(struct http_response *r);
 /*
  * Server-Sent Events parser (the subset servers use: "data:" lines joined
  * with "\n", "event:", ":" comments, dispatch on an empty line; CR, LF and
- * CRLF line ends). Feed it bytes as they come; @cb gets each event's type
+ * CRLF line ends) plus execd's framing, where a line starting with '{' is a
+ * whole event (bare JSON, no "data:"). Feed it bytes as they come; @cb gets each event's type
  * ("message" when none) and data. A non-zero return from @cb stops parsing
  * and is returned by sse_feed(). Lines are bounded (-E2BIG past 1 MiB).
  */

@@ -495,16 +495,23 @@ int client_run_event(const char *data, size_t len, int out_fd, int err_fd, int *
 		}
 		if (!evalue)
 			(void)json_get_string(ev, "text", &evalue);
+		bool parsed;
+
 		errno = 0;
 		v = evalue ? strtol(evalue, &end, 10) : 0;
-		if (evalue && !errno && end != evalue && !*end && v >= 0 && v <= 255) {
-			*exit_status = (int)v;
-		} else {
+		parsed = evalue && !errno && end != evalue && !*end && v >= 0 && v <= 255;
+		*exit_status = parsed ? (int)v : 1;
+		/* A plain non-zero exit needs no words; a timeout or a failure to start does. */
+		if (!parsed || (ename && strcmp(ename, "ExitError") != 0 && strcmp(ename, "CommandExitError") != 0)) {
+			const char *why = NULL;
 			char msg[1024];
 
-			*exit_status = 1;
-			snprintf(msg, sizeof(msg), "draftbox: run failed: %s%s%s\n", ename ? ename : "error", evalue ? ": " : "",
-				 evalue ? evalue : "");
+			(void)json_get_string(ev, "text", &why);
+			if (why)
+				snprintf(msg, sizeof(msg), "draftbox: %s\n", why);
+			else
+				snprintf(msg, sizeof(msg), "draftbox: run failed: %s%s%s\n", ename ? ename : "error",
+					 evalue ? ": " : "", evalue ? evalue : "");
 			(void)write_full(err_fd, msg, strlen(msg));
 		}
 		*finished = true;

@@ -84,7 +84,7 @@ static int ev_cb(const char *event, const char *data, size_t len, void *userdata
 
 static void test_sse(void)
 {
-	const char *stream = ": comment\r\ndata: {\"a\":1}\r\n\r\nevent: x\ndata: l1\ndata:l2\n\ndata: cr\r\rdata: tail";
+	const char *stream = ": comment\r\ndata: {\"a\":1}\r\n\r\nevent: x\ndata: l1\ndata:l2\n\ndata: cr\r\r{\"bare\":2}\n\ndata: tail";
 	struct ev_log l = { .buf = "" };
 	struct sse_parser p = { .cb = ev_cb, .userdata = &l };
 
@@ -92,8 +92,8 @@ static void test_sse(void)
 	for (size_t i = 0; i < strlen(stream); i++)
 		is_int(sse_feed(&p, stream + i, 1), 0, "feed byte %zu", i) ;
 	is_int(sse_finish(&p), 0, "finish");
-	is_str(l.buf, "[message|{\"a\":1}][x|l1\nl2][message|cr][message|tail]", "events parsed");
-	is_int(l.n, 4, "four events");
+	is_str(l.buf, "[message|{\"a\":1}][x|l1\nl2][message|cr][message|{\"bare\":2}][message|tail]", "events parsed");
+	is_int(l.n, 5, "five events (one bare JSON line, as execd frames them)");
 	sse_parser_done(&p);
 }
 
