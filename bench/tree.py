@@ -24,7 +24,7 @@ import subprocess
 import tarfile
 import time
 
-TREE_VERSION = 3
+TREE_VERSION = 4
 FIXED_MTIME = 1704067200  # 2024-01-01 00:00:00 UTC
 MAX_FILE = 4 << 20
 
@@ -51,7 +51,7 @@ def sizes(scale):
         "vendor_files": n(5000, 50),
         "repo_files": n(10000, 100),
         "big_bytes": n(1 << 30, 16 << 20) // (1 << 20) * (1 << 20),
-        "proj_units": n(160, 8),
+        "proj_units": n(120, 8),
         "proj_headers": n(40, 6),
         "wide_files": n(100000, 2000),
         "untar_files": n(10000, 100),
@@ -234,7 +234,7 @@ def ensure(cache_dir, scale, log):
         synthetic += sz["repo_files"] - got
     _fix_mtimes(repo)
     git = ["git", "-C", repo, "-c", "user.name=bench", "-c", "user.email=bench@localhost",
-           "-c", "init.defaultBranch=main"]
+           "-c", "init.defaultBranch=main", "-c", "gc.auto=0", "-c", "maintenance.auto=false"]
     env = dict(os.environ, GIT_AUTHOR_DATE="2024-01-01T00:00:00Z", GIT_COMMITTER_DATE="2024-01-01T00:00:00Z")
     for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "import"], ["gc", "-q"]):
         subprocess.run(git + cmd, check=True, env=env, stdout=subprocess.DEVNULL)
