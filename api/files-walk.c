@@ -36,8 +36,11 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Reads the names in @dir_fd (sorted) into a new vector. */
-static int read_names(int dir_fd, char ***ret, size_t *ret_n)
+/*
+ * Reads at most @max names of @dir_fd (sorted) into a new vector; *ret_more
+ * (if not NULL) tells whether more were left unread.
+ */
+static int read_names(int dir_fd, size_t max, char ***ret, size_t *ret_n, bool *ret_more)
 {
 	_cleanup_strv_free_ char **names = NULL;
 	_cleanup_closedir_ DIR *d = NULL;
@@ -45,6 +48,8 @@ static int read_names(int dir_fd, char ***ret, size_t *ret_n)
 	struct dirent *de;
 	int fd;
 
+	if (ret_more)
+		*ret_more = false;
 	fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
@@ -63,6 +68,11 @@ static int read_names(int dir_fd, char ***ret, size_t *ret_n)
 		}
 		if (!name_is_valid(de->d_name))
 			continue;
+		if (n >= max) {
+			if (ret_more)
+				*ret_more = true;
+			break;
+		}
 		if (n + 2 > alloc) {
 			size_t na = alloc ? alloc * 2 : 32;
 			char **nv = realloc(names, na * sizeof(char *));
@@ -97,12 +107,16 @@ static int join_rel(const char *dir, const char *name, char **ret)
 static int walk_dir(struct walk *w, int dir_fd, const char *rel_dir, unsigned depth)
 {
 	_cleanup_strv_free_ char **names = NULL;
+	bool more = false;
 	size_t n;
 	int r;
 
-	r = read_names(dir_fd, &names, &n);
+	/* Never hold more names than may still be visited: a directory can hold millions. */
+	r = read_names(dir_fd, w->max_visited - w->visited, &names, &n, &more);
 	if (r < 0)
 		return r;
+	if (more)
+		w->truncated = true;
 	for (size_t i = 0; i < n; i++) {
 		_cleanup_free_ char *rel = NULL, *display = NULL;
 		struct statx stx;
@@ -259,16 +273,24 @@ int api_dirs_create(const struct api_files_root *root, const char *path, const s
 	return 0;
 }
 
+#define REMOVE_BATCH 4096u
+#define REMOVE_MAX_PASSES 4096u
+
 /* Removes everything inside the directory @dir_fd (an O_RDONLY fd). */
 static int remove_children(int dir_fd, dev_t dev, unsigned depth)
 {
-	/* Entries removed while reading may make a FUSE readdir skip others: loop until a pass finds nothing. */
-	for (unsigned pass = 0; pass < 16; pass++) {
+	/*
+	 * Batches of names, re-read from the start each time (entries removed
+	 * while reading may make a FUSE readdir skip others), until a pass finds
+	 * nothing. Bounded, so code in the sandbox creating files as fast as we
+	 * remove them cannot keep us here forever.
+	 */
+	for (unsigned pass = 0; pass < REMOVE_MAX_PASSES; pass++) {
 		_cleanup_strv_free_ char **names = NULL;
 		size_t n;
 		int r;
 
-		r = read_names(dir_fd, &names, &n);
+		r = read_names(dir_fd, REMOVE_BATCH, &names, &n, NULL);
 		if (r < 0)
 			return r;
 		if (n == 0)
@@ -300,7 +322,7 @@ static int remove_children(int dir_fd, dev_t dev, unsigned depth)
 				return -errno;
 		}
 	}
-	return -ENOTEMPTY;
+	return -EBUSY;
 }
 
 int api_dirs_remove(const struct api_files_root *root, const char *path)

@@ -511,6 +511,30 @@ static void test_dirs(void)
 	put(p_in("plain"), "p");
 	is_int(api_dirs_remove(&R, "plain"), -ENOTDIR, "rm -r of a file is ENOTDIR");
 
+	/* More entries than one removal batch, and a visit bound smaller than the directory. */
+	mkdir(p_in("wide"), 0755);
+	for (n = 0; n < 5000; n++) {
+		char name[64];
+
+		snprintf(name, sizeof(name), "wide/f%05d", n);
+		put(p_in(name), "");
+	}
+	lim = (struct api_walk_limits){ .max_visited = 100 };
+	is_int(api_dirs_list(&R, "wide", 1, &lim, &j, &trunc), 0, "list with a visit bound");
+	ok(cJSON_GetArraySize(j) == 100 && trunc, "visit bound stops the walk and reports it (%d)", cJSON_GetArraySize(j));
+	{
+		bool sorted = true;
+
+		for (int k = 1; k < cJSON_GetArraySize(j); k++)
+			if (strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(j, k - 1), "path")),
+				   cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(j, k), "path"))) >= 0)
+				sorted = false;
+		ok(sorted, "a truncated listing is still sorted");
+	}
+	cJSON_Delete(j);
+	is_int(api_dirs_remove(&R, "wide"), 0, "rm -r of a directory larger than a batch");
+	ok(!exists(p_in("wide")), "wide removed");
+
 	/* A tree deeper than the walk bound: refused, nothing outside touched. */
 	snprintf(path, sizeof(path), "%s", p_in("deep"));
 	r = 0;
