@@ -237,6 +237,9 @@ int api_dirs_create(const struct api_files_root *root, const char *path, const s
  * with an fd-relative unlinkat() walk that never follows a symlink (links
  * are removed, not entered) and never crosses into another mount (-EXDEV).
  * The root itself is -EBUSY; a non-directory is -ENOTDIR. Trees deeper than
- * API_WALK_MAX_DEPTH are -ENAMETOOLONG (partly removed). Returns 0 or -errno.
+ * API_WALK_MAX_DEPTH are -ENAMETOOLONG (partly removed); a directory that
+ * keeps getting new entries as fast as they are removed (sandboxed code
+ * racing us) gives up with -EBUSY after a bounded number of passes.
+ * Returns 0 or -errno.
  */
 int api_dirs_remove(const struct api_files_root *root, const char *path);
