@@ -838,7 +838,6 @@ static int cmd_commit_or_discard(struct client *c, int argc, char **argv, bool c
 {
 	static const struct option opts[] = {
 		{ "force", no_argument, NULL, 'f' },
-		{ "dry-run", no_argument, NULL, 'n' },
 		{}
 	};
 	_cleanup_json_ cJSON *req = cJSON_CreateObject(), *resp = NULL;
@@ -850,24 +849,19 @@ static int cmd_commit_or_discard(struct client *c, int argc, char **argv, bool c
 	if (!req)
 		return -ENOMEM;
 	client_reset_getopt();
-	while ((o = client_getopt(argc, argv, commit ? "+fn" : "+", opts, NULL)) >= 0) {
+	while ((o = client_getopt(argc, argv, commit ? "+f" : "+", opts, NULL)) >= 0) {
 		switch (o) {
 		case 'f':
 			if (!commit)
 				return -EINVAL;
 			cJSON_AddBoolToObject(req, "force", true);
 			break;
-		case 'n':
-			if (!commit)
-				return -EINVAL;
-			cJSON_AddBoolToObject(req, "dry_run", true);
-			break;
 		default:
 			return -EINVAL;
 		}
 	}
 	if (optind >= argc) {
-		client_error(c, commit ? "usage: draftbox commit ID [PATH...] [--force] [--dry-run]"
+		client_error(c, commit ? "usage: draftbox commit ID [PATH...] [--force]"
 				       : "usage: draftbox discard ID [PATH...]");
 		return -EINVAL;
 	}
@@ -913,7 +907,7 @@ static void usage(FILE *f)
 	      "  session ls | show ID | rm ID...\n"
 	      "  run ID [--env K=V]... [--timeout S] -- COMMAND [ARG...]\n"
 	      "  diff ID [PATH...] [--patch|--json|--tar] [-o FILE]\n"
-	      "  commit ID [PATH...] [--force] [--dry-run]\n"
+	      "  commit ID [PATH...] [--force]\n"
 	      "  discard ID [PATH...]\n"
 	      "  files ls ID [PATH] [--depth N]\n"
 	      "  files stat ID PATH...\n"
