@@ -1,0 +1,540 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * Copy-up: making a lower object exist in upper before it changes. The copy
+ * is built under a temporary name in <workdir>/work (data by FICLONE, then
+ * copy_file_range per data segment, then read/write; owner, mode, xattrs,
+ * times, and the origin record) and renamed into place with
+ * RENAME_NOREPLACE, so a daemon killed at any instant never leaves a partial
+ * object under the real name; leftovers in work/ are removed at the next
+ * mount. Parent directories are copied up first. Also the full subtree copy
+ * used to rename a directory that exists in lower.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "fdpath.h"
+#include "macro.h"
+#include "ovl.h"
+
+void ovl_tmp_name(char tmp[static 64])
+{
+	snprintf(tmp, 64, "#draftfs-%d-%llu", (int)getpid(),
+		 (unsigned long long)atomic_fetch_add(&ovl_fs->tmp_seq, 1));
+}
+
+int ovl_copy_data(int src_fd, int dst_fd, off_t size)
+{
+	off_t pos = 0;
+
+	if (size > 0 && ioctl(dst_fd, FICLONE, src_fd) == 0)
+		return ftruncate(dst_fd, size) < 0 ? -errno : 0;
+
+	while (pos < size) {
+		off_t data = lseek(src_fd, pos, SEEK_DATA), hole;
+
+		if (data < 0) {
+			if (errno == ENXIO)
+				break; /* only a hole remains */
+			data = pos; /* no SEEK_DATA: copy everything */
+			hole = size;
+		} else {
+			if (data >= size)
+				break;
+			hole = lseek(src_fd, data, SEEK_HOLE);
+			if (hole < 0 || hole > size)
+				hole = size;
+		}
+		pos = data;
+		while (pos < hole) {
+			loff_t in = pos, out = pos;
+			ssize_t n = copy_file_range(src_fd, &in, dst_fd, &out, (size_t)(hole - pos), 0);
+
+			if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) {
+				char buf[65536];
+
+				n = pread(src_fd, buf, (size_t)MIN((off_t)sizeof(buf), hole - pos), pos);
+				if (n > 0) {
+					int r = 0;
+					for (ssize_t w = 0; w < n;) {
+						ssize_t k = pwrite(dst_fd, buf + w, (size_t)(n - w), pos + w);
+
+						if (k < 0) {
+							if (errno == EINTR)
+								continue;
+							r = -errno;
+							break;
+						}
+						w += k;
+					}
+					if (r < 0)
+						return r;
+				}
+			}
+			if (n < 0) {
+				if (errno == EINTR)
+					continue;
+				return -errno;
+			}
+			if (n == 0)
+				break; /* source shorter than expected */
+			pos += n;
+		}
+		pos = hole;
+	}
+	return ftruncate(dst_fd, size) < 0 ? -errno : 0;
+}
+
+/* Copies every non-private xattr of @src (O_PATH or real fd) to @dst. */
+static int copy_xattrs(int src, int dst)
+{
+	_cleanup_free_ char *list = NULL, *val = NULL;
+	size_t vcap = 0;
+	ssize_t n;
+
+	n = ovl_flistxattr(src, NULL, 0);
+	if (n <= 0)
+		return n == -EOPNOTSUPP ? 0 : (int)n;
+	list = malloc((size_t)n);
+	if (!list)
+		return -ENOMEM;
+	n = ovl_flistxattr(src, list, (size_t)n);
+	if (n < 0)
+		return (int)n;
+	for (char *p = list; p < list + n; p += strlen(p) + 1) {
+		ssize_t vn;
+		int r;
+
+		if (ovl_xattr_is_private(p))
+			continue;
+		vn = ovl_fgetxattr(src, p, NULL, 0);
+		if (vn < 0)
+			continue;
+		if ((size_t)vn + 1 > vcap) {
+			char *nv = realloc(val, (size_t)vn + 1);
+
+			if (!nv)
+				return -ENOMEM;
+			val = nv;
+			vcap = (size_t)vn + 1;
+		}
+		vn = ovl_fgetxattr(src, p, val, vcap);
+		if (vn < 0)
+			continue;
+		r = ovl_fsetxattr(dst, p, val, (size_t)vn, 0);
+		if (r < 0 && r != -EOPNOTSUPP && r != -EPERM)
+			return r;
+	}
+	return 0;
+}
+
+static int set_times_at(int dir, const char *name, const struct stat *st)
+{
+	struct timespec ts[2] = { st->st_atim, st->st_mtim };
+
+	return utimensat(dir, name, ts, AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+}
+
+/*
+ * Creates a copy of the object @src (O_PATH fd, stat @st) as @dir/@name:
+ * data (up to @size for regular files, all if < 0), owner, mode, xattrs and
+ * @origin (if not NULL). Directory times are left to the caller (set them
+ * after filling it).
+ */
+static int create_copy(int dir, const char *name, int src, const struct stat *st, off_t size, const char *origin)
+{
+	_cleanup_close_ int fd = -1;
+	mode_t type = st->st_mode & S_IFMT;
+	int r;
+
+	switch (type) {
+	case S_IFREG: {
+		_cleanup_close_ int in = -1;
+
+		fd = openat(dir, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0)
+			return -errno;
+		if (size < 0 || size > st->st_size)
+			size = st->st_size;
+		if (size > 0) {
+			in = fd_reopen(src, O_RDONLY);
+			if (in < 0)
+				return in;
+			r = ovl_copy_data(in, fd, size);
+			if (r < 0)
+				return r;
+		}
+		break;
+	}
+	case S_IFDIR:
+		if (mkdirat(dir, name, 0700) < 0)
+			return -errno;
+		fd = openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			return -errno;
+		break;
+	case S_IFLNK: {
+		char target[PATH_MAX + 1];
+		ssize_t n = readlinkat(src, "", target, sizeof(target) - 1);
+
+		if (n < 0)
+			return -errno;
+		target[n] = '\0';
+		if (symlinkat(target, dir, name) < 0)
+			return -errno;
+		fd = openat(dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			return -errno;
+		break;
+	}
+	default:
+		if (mknodat(dir, name, type | 0600, st->st_rdev) < 0)
+			return -errno;
+		fd = openat(dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			return -errno;
+		break;
+	}
+
+	if (fchownat(fd, "", st->st_uid, st->st_gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	if (type != S_IFLNK && fchmodat(dir, name, st->st_mode & 07777, 0) < 0)
+		return -errno;
+	r = copy_xattrs(src, fd);
+	if (r < 0)
+		return r;
+	if (origin) {
+		r = ovl_fsetxattr(fd, OVL_XATTR_ORIGIN, origin, strlen(origin), 0);
+		if (r < 0)
+			return r;
+	}
+	if (type != S_IFDIR) {
+		r = set_times_at(dir, name, st);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+void ovl_mark_impure(int fd)
+{
+	char v[4];
+
+	if (ovl_fgetxattr(fd, OVL_XATTR_IMPURE, v, sizeof(v)) == 1)
+		return;
+	(void)ovl_fsetxattr(fd, OVL_XATTR_IMPURE, "y", 1, 0);
+}
+
+int ovl_node_upper_dup(struct ovl_node *n)
+{
+	int fd;
+
+	pthread_rwlock_rdlock(&n->lock);
+	fd = n->upper_fd >= 0 ? fcntl(n->upper_fd, F_DUPFD_CLOEXEC, 3) : -1;
+	if (n->upper_fd >= 0 && fd < 0)
+		fd = -errno;
+	else if (n->upper_fd < 0)
+		fd = -ENOENT;
+	pthread_rwlock_unlock(&n->lock);
+	return fd;
+}
+
+static bool has_upper(struct ovl_node *n)
+{
+	bool r;
+
+	pthread_rwlock_rdlock(&n->lock);
+	r = n->upper_fd >= 0;
+	pthread_rwlock_unlock(&n->lock);
+	return r;
+}
+
+static int copy_up_locked(struct ovl_node *n, off_t size)
+{
+	struct ovl_fs *fs = ovl_fs;
+	_cleanup_free_ char *name = NULL;
+	_cleanup_close_ int pfd = -1, lfd = -1, ufd = -1;
+	struct ovl_node *parent;
+	char tmp[64], origin[256];
+	struct stat st;
+	unsigned layer;
+	int r;
+
+	r = ovl_node_ensure(n);
+	if (r < 0)
+		return r;
+	if (n == &fs->root || has_upper(n))
+		return 0;
+	r = ovl_node_parent_name(n, &parent, &name);
+	if (r < 0)
+		return r;
+	r = copy_up_locked(parent, -1);
+	if (r < 0)
+		return r;
+	pfd = ovl_node_upper_dup(parent);
+	if (pfd < 0)
+		return pfd;
+
+	pthread_rwlock_rdlock(&n->lock);
+	lfd = n->lower_fd >= 0 ? fcntl(n->lower_fd, F_DUPFD_CLOEXEC, 3) : -1;
+	layer = n->lower_layer;
+	pthread_rwlock_unlock(&n->lock);
+	if (lfd < 0)
+		return -ESTALE;
+	if (fstatat(lfd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+
+	if (S_ISREG(st.st_mode)) {
+		r = ovl_quota_check(size >= 0 && size < st.st_size ? size : st.st_size, 1);
+		if (r < 0)
+			return r;
+	}
+	ovl_origin_format(origin, sizeof(origin), layer, &st);
+	ovl_tmp_name(tmp);
+	r = create_copy(fs->workwork_fd, tmp, lfd, &st, size, origin);
+	if (r >= 0 && S_ISDIR(st.st_mode))
+		r = set_times_at(fs->workwork_fd, tmp, &st);
+	if (r >= 0 && renameat2(fs->workwork_fd, tmp, pfd, name, RENAME_NOREPLACE) < 0)
+		r = -errno;
+	if (r < 0) {
+		(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp);
+		return r;
+	}
+	ufd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (ufd < 0)
+		return -errno;
+	ovl_mark_impure(pfd);
+
+	pthread_rwlock_wrlock(&n->lock);
+	n->upper_fd = TAKE_FD(ufd);
+	n->opaque = false;
+	pthread_rwlock_unlock(&n->lock);
+	return 0;
+}
+
+int ovl_copy_up_size(struct ovl_node *n, off_t size)
+{
+	int r;
+
+	if (n == &ovl_fs->root)
+		return 0;
+	r = ovl_node_ensure(n);
+	if (r < 0)
+		return r;
+	if (has_upper(n))
+		return 0;
+	pthread_mutex_lock(&ovl_fs->copyup_lock);
+	r = copy_up_locked(n, size);
+	pthread_mutex_unlock(&ovl_fs->copyup_lock);
+	return r;
+}
+
+int ovl_copy_up(struct ovl_node *n)
+{
+	return ovl_copy_up_size(n, -1);
+}
+
+int ovl_make_whiteout_tmp(char tmp[static 64], unsigned layer, const struct stat *lower_st)
+{
+	int r;
+
+	ovl_tmp_name(tmp);
+	if (mknodat(ovl_fs->workwork_fd, tmp, S_IFCHR | 0, makedev(0, 0)) < 0)
+		return -errno;
+	if (lower_st) {
+		char origin[256];
+
+		ovl_origin_format(origin, sizeof(origin), layer, lower_st);
+		r = ovl_setxattr_at(ovl_fs->workwork_fd, tmp, OVL_XATTR_ORIGIN, origin, strlen(origin), 0);
+		if (r < 0) {
+			(void)unlinkat(ovl_fs->workwork_fd, tmp, 0);
+			return r;
+		}
+	}
+	return 0;
+}
+
+int ovl_core_rm_rf_at(int dir_fd, const char *name)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	struct stat st;
+	int fd, r = 0;
+
+	if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISDIR(st.st_mode))
+		return unlinkat(dir_fd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
+	fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -errno;
+	}
+	while ((de = readdir(d))) {
+		int k;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		k = ovl_core_rm_rf_at(dirfd(d), de->d_name);
+		if (k < 0 && r == 0)
+			r = k;
+	}
+	if (unlinkat(dir_fd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && r == 0)
+		r = -errno;
+	return r;
+}
+
+int ovl_work_clean(int workwork_fd)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	int fd, r = 0;
+
+	fd = fd_reopen(workwork_fd, O_RDONLY | O_DIRECTORY);
+	if (fd < 0)
+		return fd;
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -errno;
+	}
+	while ((de = readdir(d))) {
+		int k;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		k = ovl_core_rm_rf_at(dirfd(d), de->d_name);
+		if (k < 0 && r == 0)
+			r = k;
+	}
+	return r;
+}
+
+/* Reads the raw origin record of @fd into @buf; returns buf or NULL when there is none. */
+static const char *origin_raw(int fd, char *buf, size_t size)
+{
+	ssize_t n = ovl_fgetxattr(fd, OVL_XATTR_ORIGIN, buf, size - 1);
+
+	if (n <= 0)
+		return NULL;
+	buf[n] = '\0';
+	return buf;
+}
+
+/* The origin record a copy of @res should carry. */
+static const char *origin_for(const struct ovl_res *res, char *buf, size_t size)
+{
+	struct stat lst;
+
+	if (res->upper_fd >= 0)
+		return origin_raw(res->upper_fd, buf, size);
+	if (res->lower_fd < 0 || fstatat(res->lower_fd, "", &lst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
+		return NULL;
+	ovl_origin_format(buf, size, res->lower_layer, &lst);
+	return buf;
+}
+
+/* Copies the merged children of stack @s into the (work) directory @dst. */
+static int copy_children(const struct ovl_stack *s, int dst)
+{
+	struct ovl_dirent *ents = NULL;
+	size_t n = 0;
+	int r;
+
+	r = ovl_stack_list(s, &ents, &n);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n && r >= 0; i++) {
+		const char *name = ents[i].name;
+		char obuf[256];
+		const char *origin;
+		struct ovl_res res;
+		int top;
+
+		r = ovl_resolve_in_stack(s, name, &res);
+		if (r == -ENOENT) {
+			r = 0;
+			continue;
+		}
+		if (r < 0)
+			break;
+		top = res.upper_fd >= 0 ? res.upper_fd : res.lower_fd;
+		if (!S_ISDIR(res.st.st_mode) && res.upper_fd >= 0 &&
+		    linkat(res.upper_fd, "", dst, name, AT_EMPTY_PATH) == 0) {
+			ovl_res_done(&res);
+			continue;
+		}
+		origin = origin_for(&res, obuf, sizeof(obuf));
+		r = create_copy(dst, name, top, &res.st, -1, origin);
+		if (r >= 0 && S_ISDIR(res.st.st_mode)) {
+			_cleanup_close_ int cfd = openat(dst, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			struct ovl_stack cs;
+
+			if (cfd < 0) {
+				r = -errno;
+			} else {
+				ovl_mark_impure(cfd);
+				ovl_res_stack(&res, &cs);
+				r = copy_children(&cs, cfd);
+				if (r >= 0)
+					r = set_times_at(dst, name, &res.st);
+			}
+		}
+		ovl_res_done(&res);
+	}
+	ovl_dirents_free(ents, n);
+	return r;
+}
+
+int ovl_copy_tree_tmp(struct ovl_node *dir, char tmp[static 64])
+{
+	struct ovl_fs *fs = ovl_fs;
+	_cleanup_close_ int cfd = -1;
+	struct ovl_stack s;
+	struct ovl_res self;
+	char obuf[256];
+	const char *origin;
+	int r, top;
+
+	/* copyup_lock is held: the node's fds are stable. */
+	ovl_res_init(&self);
+	ovl_node_stack(dir, &s);
+	self.upper_fd = dir->upper_fd;
+	self.lower_fd = dir->lower_fd;
+	self.lower_layer = dir->lower_layer;
+	top = dir->upper_fd >= 0 ? dir->upper_fd : dir->lower_fd;
+	if (top < 0)
+		return -ESTALE;
+	if (fstatat(top, "", &self.st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	origin = origin_for(&self, obuf, sizeof(obuf));
+
+	ovl_tmp_name(tmp);
+	r = create_copy(fs->workwork_fd, tmp, top, &self.st, -1, origin);
+	if (r >= 0) {
+		cfd = openat(fs->workwork_fd, tmp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		r = cfd < 0 ? -errno : 0;
+	}
+	if (r >= 0)
+		r = copy_children(&s, cfd);
+	if (r >= 0)
+		r = ovl_fsetxattr(cfd, OVL_XATTR_OPAQUE, "y", 1, 0);
+	if (r >= 0)
+		ovl_mark_impure(cfd);
+	if (r >= 0)
+		r = set_times_at(fs->workwork_fd, tmp, &self.st);
+	if (r < 0)
+		(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp);
+	return r;
+}

@@ -1,0 +1,334 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * Merged directory listings: upper first, then each lower dir of the
+ * stack; a name is shown once (the topmost), whiteouts hide the name in the
+ * layers below and are never shown. d_ino matches st_ino: for upper
+ * entries of an impure directory (one that holds copied-up entries) the
+ * origin record is read. The listing is a snapshot taken at opendir (and
+ * again at rewind), like fuse-overlayfs and kernel overlayfs' merge cache.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fdpath.h"
+#include "macro.h"
+#include "ovl.h"
+
+struct name_set {
+	size_t cap, n;
+	int32_t *slot; /* index into ents, -1 empty; whiteouts stored with ~index into wh */
+};
+
+struct lister {
+	struct ovl_dirent *ents;
+	size_t n, cap;
+	char **wh; /* hidden names (whiteouts) */
+	size_t nwh, capwh;
+	ino_t *lower_ino; /* per entry: ino of the same name in a lower layer (0 none) */
+	struct name_set set;
+};
+
+static uint64_t hash_str(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+	return h;
+}
+
+static const char *slot_name(struct lister *l, int32_t v)
+{
+	return v >= 0 ? l->ents[v].name : l->wh[~v];
+}
+
+static int set_grow(struct lister *l)
+{
+	size_t nc = l->set.cap ? l->set.cap * 2 : 256;
+	int32_t *ns = malloc(nc * sizeof(*ns));
+
+	if (!ns)
+		return -ENOMEM;
+	for (size_t i = 0; i < nc; i++)
+		ns[i] = INT32_MIN;
+	for (size_t i = 0; i < l->set.cap; i++) {
+		int32_t v = l->set.slot[i];
+		size_t b;
+
+		if (v == INT32_MIN)
+			continue;
+		for (b = hash_str(slot_name(l, v)) & (nc - 1); ns[b] != INT32_MIN; b = (b + 1) & (nc - 1))
+			;
+		ns[b] = v;
+	}
+	free(l->set.slot);
+	l->set.slot = ns;
+	l->set.cap = nc;
+	return 0;
+}
+
+/* Returns the slot value for @name, or INT32_MIN. */
+static int32_t set_find(struct lister *l, const char *name)
+{
+	if (!l->set.cap)
+		return INT32_MIN;
+	for (size_t b = hash_str(name) & (l->set.cap - 1);; b = (b + 1) & (l->set.cap - 1)) {
+		int32_t v = l->set.slot[b];
+
+		if (v == INT32_MIN)
+			return INT32_MIN;
+		if (strcmp(slot_name(l, v), name) == 0)
+			return v;
+	}
+}
+
+static int set_add(struct lister *l, int32_t v)
+{
+	size_t b;
+	int r;
+
+	if ((l->set.n + 1) * 2 > l->set.cap) {
+		r = set_grow(l);
+		if (r < 0)
+			return r;
+	}
+	for (b = hash_str(slot_name(l, v)) & (l->set.cap - 1); l->set.slot[b] != INT32_MIN; b = (b + 1) & (l->set.cap - 1))
+		;
+	l->set.slot[b] = v;
+	l->set.n++;
+	return 0;
+}
+
+static int add_entry(struct lister *l, const char *name, ino_t ino, unsigned char type)
+{
+	if (l->n == l->cap) {
+		size_t nc = l->cap ? l->cap * 2 : 64;
+		struct ovl_dirent *ne = realloc(l->ents, nc * sizeof(*ne));
+		ino_t *nl;
+
+		if (!ne)
+			return -ENOMEM;
+		l->ents = ne;
+		nl = realloc(l->lower_ino, nc * sizeof(*nl));
+		if (!nl)
+			return -ENOMEM;
+		l->lower_ino = nl;
+		l->cap = nc;
+	}
+	l->ents[l->n].name = strdup(name);
+	if (!l->ents[l->n].name)
+		return -ENOMEM;
+	l->ents[l->n].ino = ino;
+	l->ents[l->n].type = type;
+	l->lower_ino[l->n] = 0;
+	l->n++;
+	return set_add(l, (int32_t)(l->n - 1));
+}
+
+static int add_whiteout(struct lister *l, const char *name)
+{
+	if (l->nwh == l->capwh) {
+		size_t nc = l->capwh ? l->capwh * 2 : 16;
+		char **nw = realloc(l->wh, nc * sizeof(*nw));
+
+		if (!nw)
+			return -ENOMEM;
+		l->wh = nw;
+		l->capwh = nc;
+	}
+	l->wh[l->nwh] = strdup(name);
+	if (!l->wh[l->nwh])
+		return -ENOMEM;
+	l->nwh++;
+	return set_add(l, ~(int32_t)(l->nwh - 1));
+}
+
+static void lister_free(struct lister *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->ents[i].name);
+	free(l->ents);
+	for (size_t i = 0; i < l->nwh; i++)
+		free(l->wh[i]);
+	free(l->wh);
+	free(l->lower_ino);
+	free(l->set.slot);
+}
+
+static bool is_impure(int fd)
+{
+	char v[4];
+
+	return ovl_fgetxattr(fd, OVL_XATTR_IMPURE, v, sizeof(v)) == 1 ||
+	       ovl_fgetxattr(fd, "trusted.overlay.impure", v, sizeof(v)) == 1;
+}
+
+/* Lists one layer's directory @fd into @l. */
+static int list_layer(struct lister *l, int fd, bool upper)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	int dfd;
+
+	dfd = fd_reopen(fd, O_RDONLY | O_DIRECTORY);
+	if (dfd < 0)
+		return dfd;
+	d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return -errno;
+	}
+	for (;;) {
+		unsigned char type;
+		int32_t v;
+		int r;
+
+		errno = 0;
+		de = readdir(d);
+		if (!de) {
+			if (errno)
+				return -errno;
+			break;
+		}
+		if (de->d_name[0] == '.' && (!de->d_name[1] || (de->d_name[1] == '.' && !de->d_name[2])))
+			continue;
+		v = set_find(l, de->d_name);
+		if (v != INT32_MIN) {
+			if (v >= 0 && !upper && l->lower_ino[v] == 0)
+				l->lower_ino[v] = de->d_ino;
+			continue;
+		}
+		type = de->d_type;
+		if (type == DT_CHR || type == DT_UNKNOWN) {
+			struct stat st;
+
+			if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+				if (errno == ENOENT)
+					continue;
+				return -errno;
+			}
+			if (ovl_is_whiteout(&st)) {
+				r = add_whiteout(l, de->d_name);
+				if (r < 0)
+					return r;
+				continue;
+			}
+			type = (unsigned char)IFTODT(st.st_mode);
+		}
+		r = add_entry(l, de->d_name, de->d_ino, type);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* Lists the merged directory of stack @s. */
+static int list_stack(const struct ovl_stack *s, struct lister *l)
+{
+	size_t n_upper = 0;
+	bool impure = false;
+	int r;
+
+	if (s->upper_fd >= 0) {
+		r = list_layer(l, s->upper_fd, true);
+		if (r < 0)
+			return r;
+		n_upper = l->n;
+		impure = is_impure(s->upper_fd);
+	}
+	for (uint16_t i = 0; i < s->n; i++) {
+		r = list_layer(l, s->l[i].fd, false);
+		if (r < 0)
+			return r;
+	}
+	if (!impure)
+		return 0;
+	for (size_t i = 0; i < n_upper; i++) {
+		_cleanup_close_ int fd = openat(s->upper_fd, l->ents[i].name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		dev_t od;
+		ino_t oi;
+
+		if (fd < 0)
+			continue;
+		if (ovl_origin_read(fd, &od, &oi) == 0)
+			l->ents[i].ino = oi;
+		else if (l->lower_ino[i] && ovl_fgetxattr(fd, OVL_XATTR_ORIGIN_KERNEL, NULL, 0) >= 0)
+			l->ents[i].ino = l->lower_ino[i];
+	}
+	return 0;
+}
+
+int ovl_stack_list(const struct ovl_stack *s, struct ovl_dirent **ret, size_t *ret_n)
+{
+	struct lister l = { 0 };
+	int r;
+
+	r = list_stack(s, &l);
+	if (r < 0) {
+		lister_free(&l);
+		return r;
+	}
+	*ret = TAKE_PTR(l.ents);
+	*ret_n = l.n;
+	l.n = 0;
+	lister_free(&l);
+	return 0;
+}
+
+void ovl_dirents_free(struct ovl_dirent *e, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(e[i].name);
+	free(e);
+}
+
+int ovl_dir_load(struct ovl_node *n, struct ovl_dir *d)
+{
+	struct ovl_dirent *ents;
+	struct ovl_stack s;
+	size_t cnt;
+	int r;
+
+	r = ovl_node_ensure(n);
+	if (r < 0)
+		return r;
+	pthread_rwlock_rdlock(&n->lock);
+	ovl_node_stack(n, &s);
+	if (s.upper_fd < 0 && s.n == 0)
+		r = -ESTALE;
+	else
+		r = ovl_stack_list(&s, &ents, &cnt);
+	pthread_rwlock_unlock(&n->lock);
+	if (r < 0)
+		return r;
+	ovl_dirents_free(d->ents, d->n);
+	d->ents = ents;
+	d->n = cnt;
+	d->loaded = true;
+	return 0;
+}
+
+void ovl_dir_free(struct ovl_dir *d)
+{
+	ovl_dirents_free(d->ents, d->n);
+	d->ents = NULL;
+	d->n = 0;
+	d->loaded = false;
+}
+
+int ovl_stack_is_empty(const struct ovl_stack *s)
+{
+	struct ovl_dirent *ents;
+	size_t cnt;
+	int r;
+
+	r = ovl_stack_list(s, &ents, &cnt);
+	if (r < 0)
+		return r;
+	ovl_dirents_free(ents, cnt);
+	return cnt == 0;
+}

@@ -1,0 +1,541 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * The inode table: every object the kernel knows (one FUSE nodeid each) is
+ * a struct ovl_node, found by identity (dev, ino of the underlying object or
+ * of its copy-up origin) and by its remembered name (parent, name). Both
+ * are intrusive chained hash tables that double when full, under one
+ * mutex that is only held for pointer work, never across a syscall.
+ * Lookup counts follow the kernel: each entry reply adds one, forget
+ * subtracts; a node is freed when the kernel forgot it and no child points
+ * at it.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "macro.h"
+#include "ovl.h"
+
+#define INITIAL_TAB 4096
+
+static size_t hash_id(dev_t dev, ino_t ino)
+{
+	uint64_t h = (uint64_t)ino * 0x9e3779b97f4a7c15ULL ^ (uint64_t)dev * 0xc2b2ae3d27d4eb4fULL;
+
+	return (size_t)(h ^ (h >> 29));
+}
+
+static size_t hash_name(const struct ovl_node *parent, const char *name)
+{
+	uint64_t h = (uint64_t)(uintptr_t)parent * 0x9e3779b97f4a7c15ULL;
+
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		h = (h ^ *p) * 0x100000001b3ULL;
+	return (size_t)(h ^ (h >> 31));
+}
+
+int ovl_table_init(struct ovl_fs *fs)
+{
+	fs->tab_size = INITIAL_TAB;
+	fs->id_tab = calloc(fs->tab_size, sizeof(*fs->id_tab));
+	fs->name_tab = calloc(fs->tab_size, sizeof(*fs->name_tab));
+	if (!fs->id_tab || !fs->name_tab)
+		return -ENOMEM;
+	pthread_mutex_init(&fs->table_lock, NULL);
+	return 0;
+}
+
+static void id_unlink(struct ovl_fs *fs, struct ovl_node *n)
+{
+	struct ovl_node **pp = &fs->id_tab[hash_id(n->key_dev, n->key_ino) & (fs->tab_size - 1)];
+
+	if (!n->id_hashed)
+		return;
+	for (; *pp; pp = &(*pp)->id_next)
+		if (*pp == n) {
+			*pp = n->id_next;
+			break;
+		}
+	n->id_next = NULL;
+	n->id_hashed = false;
+}
+
+static void name_unlink(struct ovl_fs *fs, struct ovl_node *n)
+{
+	struct ovl_node **pp;
+
+	if (!n->name_hashed)
+		return;
+	pp = &fs->name_tab[hash_name(n->parent, n->name) & (fs->tab_size - 1)];
+	for (; *pp; pp = &(*pp)->name_next)
+		if (*pp == n) {
+			*pp = n->name_next;
+			break;
+		}
+	n->name_next = NULL;
+	n->name_hashed = false;
+}
+
+static struct ovl_node *name_find_locked(struct ovl_fs *fs, struct ovl_node *parent, const char *name)
+{
+	for (struct ovl_node *n = fs->name_tab[hash_name(parent, name) & (fs->tab_size - 1)]; n; n = n->name_next)
+		if (n->parent == parent && strcmp(n->name, name) == 0)
+			return n;
+	return NULL;
+}
+
+static void name_insert(struct ovl_fs *fs, struct ovl_node *n)
+{
+	struct ovl_node *old = name_find_locked(fs, n->parent, n->name);
+	size_t b;
+
+	if (old == n)
+		return;
+	if (old)
+		name_unlink(fs, old);
+	b = hash_name(n->parent, n->name) & (fs->tab_size - 1);
+	n->name_next = fs->name_tab[b];
+	fs->name_tab[b] = n;
+	n->name_hashed = true;
+}
+
+static void id_insert(struct ovl_fs *fs, struct ovl_node *n)
+{
+	size_t b = hash_id(n->key_dev, n->key_ino) & (fs->tab_size - 1);
+
+	n->id_next = fs->id_tab[b];
+	fs->id_tab[b] = n;
+	n->id_hashed = true;
+}
+
+/* Doubles both tables; on allocation failure keeps the old (longer chains, still correct). */
+static void maybe_grow(struct ovl_fs *fs)
+{
+	size_t ns = fs->tab_size * 2;
+	struct ovl_node **nid, **nname;
+
+	if (fs->n_nodes < fs->tab_size)
+		return;
+	nid = calloc(ns, sizeof(*nid));
+	nname = calloc(ns, sizeof(*nname));
+	if (!nid || !nname) {
+		free(nid);
+		free(nname);
+		return;
+	}
+	for (size_t i = 0; i < fs->tab_size; i++) {
+		struct ovl_node *n, *next;
+
+		for (n = fs->id_tab[i]; n; n = next) {
+			size_t b = hash_id(n->key_dev, n->key_ino) & (ns - 1);
+
+			next = n->id_next;
+			n->id_next = nid[b];
+			nid[b] = n;
+		}
+		for (n = fs->name_tab[i]; n; n = next) {
+			size_t b = hash_name(n->parent, n->name) & (ns - 1);
+
+			next = n->name_next;
+			n->name_next = nname[b];
+			nname[b] = n;
+		}
+	}
+	free(fs->id_tab);
+	free(fs->name_tab);
+	fs->id_tab = nid;
+	fs->name_tab = nname;
+	fs->tab_size = ns;
+}
+
+static void close_state(struct ovl_node *n)
+{
+	n->upper_fd = safe_close(n->upper_fd);
+	n->lower_fd = safe_close(n->lower_fd);
+	for (uint16_t i = 0; i < n->n_extra; i++)
+		safe_close(n->extra[i].fd);
+	free(n->extra);
+	n->extra = NULL;
+	n->n_extra = 0;
+}
+
+static int take_res(struct ovl_node *n, struct ovl_res *res)
+{
+	struct ovl_lower *extra = NULL;
+
+	if (res->n_extra > 0) {
+		extra = malloc(res->n_extra * sizeof(*extra));
+		if (!extra)
+			return -ENOMEM;
+		memcpy(extra, res->extra, res->n_extra * sizeof(*extra));
+	}
+	n->upper_fd = res->upper_fd;
+	n->lower_fd = res->lower_fd;
+	n->lower_layer = res->lower_layer;
+	n->n_extra = res->n_extra;
+	n->extra = extra;
+	n->opaque = res->opaque;
+	ovl_res_init(res);
+	return 0;
+}
+
+void ovl_res_done(struct ovl_res *r)
+{
+	safe_close(r->upper_fd);
+	safe_close(r->lower_fd);
+	for (uint16_t i = 0; i < r->n_extra; i++)
+		safe_close(r->extra[i].fd);
+	ovl_res_init(r);
+}
+
+void ovl_node_apply(struct ovl_node *n, struct ovl_res *res)
+{
+	pthread_rwlock_wrlock(&n->lock);
+	close_state(n);
+	if (take_res(n, res) < 0)
+		ovl_res_done(res); /* stays stale: the next access retries */
+	else
+		atomic_store(&n->stale, false);
+	pthread_rwlock_unlock(&n->lock);
+}
+
+void ovl_node_drop_state(struct ovl_node *n)
+{
+	if (n == &ovl_fs->root)
+		return; /* the layer roots never change */
+	pthread_rwlock_wrlock(&n->lock);
+	atomic_store(&n->stale, true);
+	close_state(n);
+	pthread_rwlock_unlock(&n->lock);
+}
+
+static void node_free(struct ovl_node *n)
+{
+	close_state(n);
+	pthread_rwlock_destroy(&n->lock);
+	free(n->name);
+	free(n);
+}
+
+/* Frees @n and, up the chain, parents that become unused. table_lock held. */
+static void release_locked(struct ovl_fs *fs, struct ovl_node *n)
+{
+	while (n && n != &fs->root && n->nlookup == 0 && n->refs == 0) {
+		struct ovl_node *parent = n->parent;
+
+		id_unlink(fs, n);
+		name_unlink(fs, n);
+		if (n->all_prev)
+			n->all_prev->all_next = n->all_next;
+		else
+			fs->all_first = n->all_next;
+		if (n->all_next)
+			n->all_next->all_prev = n->all_prev;
+		fs->n_nodes--;
+		node_free(n);
+		if (!parent)
+			break;
+		if (parent->refs == 0)
+			abort();
+		parent->refs--;
+		n = parent;
+	}
+}
+
+int ovl_node_get(struct ovl_node *parent, const char *name, struct ovl_res *res, struct ovl_node **ret)
+{
+	struct ovl_fs *fs = ovl_fs;
+	struct ovl_node *n;
+	mode_t type = res->st.st_mode & S_IFMT;
+	bool need_apply = false;
+
+	pthread_mutex_lock(&fs->table_lock);
+	for (n = fs->id_tab[hash_id(res->key_dev, res->key_ino) & (fs->tab_size - 1)]; n; n = n->id_next)
+		if (n->key_ino == res->key_ino && n->key_dev == res->key_dev)
+			break;
+	if (n && n->type != type) {
+		/* The identity was reused by an object of another type: forget the old mapping. */
+		id_unlink(fs, n);
+		n = NULL;
+	}
+	if (n) {
+		n->nlookup++;
+		if (atomic_load(&n->stale) || !n->name_hashed) {
+			/* Give it the name it was just found under. */
+			char *nn = strdup(name);
+
+			if (nn) {
+				name_unlink(fs, n);
+				if (n->parent != parent) {
+					struct ovl_node *old = n->parent;
+
+					parent->refs++;
+					n->parent = parent;
+					old->refs--;
+					release_locked(fs, old);
+				}
+				free(n->name);
+				n->name = nn;
+				name_insert(fs, n);
+			}
+			need_apply = atomic_load(&n->stale);
+		}
+		pthread_mutex_unlock(&fs->table_lock);
+		if (need_apply) {
+			pthread_mutex_lock(&fs->copyup_lock);
+			if (atomic_load(&n->stale))
+				ovl_node_apply(n, res);
+			pthread_mutex_unlock(&fs->copyup_lock);
+		}
+		ovl_res_done(res);
+		*ret = n;
+		return 0;
+	}
+	pthread_mutex_unlock(&fs->table_lock);
+
+	n = calloc(1, sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	n->name = strdup(name);
+	if (!n->name || take_res(n, res) < 0) {
+		free(n->name);
+		free(n);
+		return -ENOMEM;
+	}
+	pthread_rwlock_init(&n->lock, NULL);
+	n->type = type;
+	n->key_dev = res->key_dev;
+	n->key_ino = res->key_ino;
+	n->nlookup = 1;
+
+	pthread_mutex_lock(&fs->table_lock);
+	n->parent = parent;
+	parent->refs++;
+	id_insert(fs, n);
+	name_insert(fs, n);
+	n->all_next = fs->all_first;
+	if (fs->all_first)
+		fs->all_first->all_prev = n;
+	fs->all_first = n;
+	fs->n_nodes++;
+	maybe_grow(fs);
+	pthread_mutex_unlock(&fs->table_lock);
+	*ret = n;
+	return 0;
+}
+
+void ovl_node_ref(struct ovl_node *n)
+{
+	pthread_mutex_lock(&ovl_fs->table_lock);
+	n->nlookup++;
+	pthread_mutex_unlock(&ovl_fs->table_lock);
+}
+
+void ovl_node_forget(struct ovl_node *n, uint64_t count)
+{
+	struct ovl_fs *fs = ovl_fs;
+
+	pthread_mutex_lock(&fs->table_lock);
+	if (n->nlookup < count)
+		abort(); /* the kernel forgot more than we handed out: a bookkeeping bug */
+	n->nlookup -= count;
+	release_locked(fs, n);
+	pthread_mutex_unlock(&fs->table_lock);
+}
+
+int ovl_node_set_name(struct ovl_node *n, struct ovl_node *parent, const char *name)
+{
+	struct ovl_fs *fs = ovl_fs;
+	char *nn = strdup(name);
+	struct ovl_node *oldparent;
+
+	if (!nn)
+		return -ENOMEM;
+	pthread_mutex_lock(&fs->table_lock);
+	name_unlink(fs, n);
+	oldparent = n->parent;
+	free(n->name);
+	n->name = nn;
+	parent->refs++;
+	n->parent = parent;
+	name_insert(fs, n);
+	if (oldparent) {
+		oldparent->refs--;
+		release_locked(fs, oldparent);
+	}
+	pthread_mutex_unlock(&fs->table_lock);
+	return 0;
+}
+
+void ovl_node_unhash(struct ovl_node *n)
+{
+	pthread_mutex_lock(&ovl_fs->table_lock);
+	id_unlink(ovl_fs, n);
+	name_unlink(ovl_fs, n);
+	pthread_mutex_unlock(&ovl_fs->table_lock);
+}
+
+void ovl_node_unhash_name(struct ovl_node *n, bool also_identity)
+{
+	pthread_mutex_lock(&ovl_fs->table_lock);
+	name_unlink(ovl_fs, n);
+	if (also_identity)
+		id_unlink(ovl_fs, n);
+	pthread_mutex_unlock(&ovl_fs->table_lock);
+}
+
+struct ovl_node *ovl_node_find_child(struct ovl_node *parent, const char *name)
+{
+	struct ovl_node *n;
+
+	pthread_mutex_lock(&ovl_fs->table_lock);
+	n = name_find_locked(ovl_fs, parent, name);
+	pthread_mutex_unlock(&ovl_fs->table_lock);
+	return n;
+}
+
+static bool is_descendant(const struct ovl_node *d, const struct ovl_node *a)
+{
+	for (const struct ovl_node *p = d->parent; p; p = p->parent)
+		if (p == a)
+			return true;
+	return false;
+}
+
+void ovl_node_foreach_descendant(struct ovl_node *n, void (*fn)(struct ovl_node *d, void *ud), void *ud)
+{
+	struct ovl_fs *fs = ovl_fs;
+
+	pthread_mutex_lock(&fs->table_lock);
+	for (struct ovl_node *d = fs->all_first; d; d = d->all_next)
+		if (is_descendant(d, n))
+			fn(d, ud);
+	pthread_mutex_unlock(&fs->table_lock);
+}
+
+void ovl_node_invalidate_subtree(struct ovl_node *n)
+{
+	struct ovl_fs *fs = ovl_fs;
+
+	pthread_mutex_lock(&fs->table_lock);
+	for (struct ovl_node *d = fs->all_first; d; d = d->all_next)
+		if (d == n || is_descendant(d, n))
+			atomic_store(&d->stale, true); /* re-resolved by name at the next access */
+	pthread_mutex_unlock(&fs->table_lock);
+}
+
+int ovl_node_child_names(struct ovl_node *n, char ***ret, size_t *ret_n)
+{
+	struct ovl_fs *fs = ovl_fs;
+	char **v = NULL;
+	size_t cnt = 0, cap = 0;
+	int r = 0;
+
+	pthread_mutex_lock(&fs->table_lock);
+	for (struct ovl_node *d = fs->all_first; d; d = d->all_next) {
+		if (d->parent != n || !d->name_hashed)
+			continue;
+		if (cnt + 1 >= cap) {
+			size_t nc = cap ? cap * 2 : 16;
+			char **nv = realloc(v, nc * sizeof(char *));
+
+			if (!nv) {
+				r = -ENOMEM;
+				break;
+			}
+			v = nv;
+			cap = nc;
+		}
+		v[cnt] = strdup(d->name);
+		if (!v[cnt]) {
+			r = -ENOMEM;
+			break;
+		}
+		v[++cnt] = NULL;
+	}
+	pthread_mutex_unlock(&fs->table_lock);
+	if (r < 0) {
+		strv_free(v);
+		return r;
+	}
+	if (!v) {
+		v = calloc(1, sizeof(char *));
+		if (!v)
+			return -ENOMEM;
+	}
+	*ret = v;
+	*ret_n = cnt;
+	return 0;
+}
+
+int ovl_node_path(struct ovl_node *n, char **ret)
+{
+	struct ovl_fs *fs = ovl_fs;
+	size_t len = 0;
+	char *buf, *p;
+
+	pthread_mutex_lock(&fs->table_lock);
+	for (struct ovl_node *c = n; c != &fs->root; c = c->parent) {
+		if (!c->parent) {
+			pthread_mutex_unlock(&fs->table_lock);
+			return -ESTALE;
+		}
+		len += strlen(c->name) + 1;
+	}
+	buf = malloc(len + 1);
+	if (!buf) {
+		pthread_mutex_unlock(&fs->table_lock);
+		return -ENOMEM;
+	}
+	p = buf + len;
+	*p = '\0';
+	for (struct ovl_node *c = n; c != &fs->root; c = c->parent) {
+		size_t l = strlen(c->name);
+
+		p -= l;
+		memcpy(p, c->name, l);
+		if (p > buf)
+			*--p = '/';
+	}
+	pthread_mutex_unlock(&fs->table_lock);
+	if (len > 0)
+		memmove(buf, buf + 1, len); /* drop the leading '/' */
+	else
+		buf[0] = '\0';
+	*ret = buf;
+	return 0;
+}
+
+int ovl_node_parent_name(struct ovl_node *n, struct ovl_node **ret_parent, char **ret_name)
+{
+	struct ovl_fs *fs = ovl_fs;
+	char *name;
+
+	pthread_mutex_lock(&fs->table_lock);
+	if (n == &fs->root || !n->parent || !n->name_hashed) {
+		pthread_mutex_unlock(&fs->table_lock);
+		return -ESTALE;
+	}
+	name = strdup(n->name);
+	*ret_parent = n->parent;
+	pthread_mutex_unlock(&fs->table_lock);
+	if (!name)
+		return -ENOMEM;
+	*ret_name = name;
+	return 0;
+}
+
+void ovl_table_free(struct ovl_fs *fs)
+{
+	struct ovl_node *n, *next;
+
+	for (n = fs->all_first; n; n = next) {
+		next = n->all_next;
+		node_free(n);
+	}
+	fs->all_first = NULL;
+	free(fs->id_tab);
+	free(fs->name_tab);
+	fs->id_tab = fs->name_tab = NULL;
+}

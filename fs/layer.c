@@ -1,0 +1,430 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * Resolution of a name across the layers, the way kernel overlayfs does it:
+ * an upper entry hides lower ones, a whiteout (char device 0/0) hides the
+ * name, an opaque upper or lower directory stops the merge, a non-directory
+ * stops it too, trusted.overlay.redirect on an upper directory points the
+ * lower lookup elsewhere. Everything goes through O_PATH fds and
+ * openat(O_NOFOLLOW) of one component; nothing in a layer is ever followed.
+ * Also: the origin record (trusted.draftbox.origin) that keeps st_ino
+ * stable across copy-up, and xattr access on O_PATH fds.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "fdpath.h"
+#include "macro.h"
+#include "ovl.h"
+
+bool ovl_xattr_is_private(const char *name)
+{
+	return strncmp(name, "trusted.overlay.", 16) == 0 || strncmp(name, "trusted.draftbox.", 17) == 0;
+}
+
+static void proc_path(char buf[static 64], int fd)
+{
+	snprintf(buf, 64, "/proc/self/fd/%d", fd);
+}
+
+/*
+ * The *xattrat() syscalls refuse O_PATH fds, so go through /proc/self/fd:
+ * the magic link resolves to the object itself, a symlink included (it is
+ * not followed further), which is what l*xattr() on a path would give.
+ */
+ssize_t ovl_fgetxattr(int fd, const char *name, void *value, size_t size)
+{
+	char p[64];
+	ssize_t r;
+
+	proc_path(p, fd);
+	r = getxattr(p, name, value, size);
+	return r < 0 ? -errno : r;
+}
+
+int ovl_fsetxattr(int fd, const char *name, const void *value, size_t size, int flags)
+{
+	char p[64];
+
+	proc_path(p, fd);
+	return setxattr(p, name, value, size, flags) < 0 ? -errno : 0;
+}
+
+ssize_t ovl_flistxattr(int fd, char *list, size_t size)
+{
+	char p[64];
+	ssize_t r;
+
+	proc_path(p, fd);
+	r = listxattr(p, list, size);
+	return r < 0 ? -errno : r;
+}
+
+int ovl_fremovexattr(int fd, const char *name)
+{
+	char p[64];
+
+	proc_path(p, fd);
+	return removexattr(p, name) < 0 ? -errno : 0;
+}
+
+int ovl_setxattr_at(int dir_fd, const char *name, const char *xname, const void *value, size_t size, int flags)
+{
+	_cleanup_close_ int fd = openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	return ovl_fsetxattr(fd, xname, value, size, flags);
+}
+
+int ovl_origin_format(char *buf, size_t size, unsigned layer, const struct stat *st)
+{
+	return snprintf(buf, size, "v1 layer=%u dev=%llu ino=%llu size=%lld mtime=%lld.%09ld ctime=%lld.%09ld mode=%o",
+			layer, (unsigned long long)st->st_dev, (unsigned long long)st->st_ino,
+			(long long)st->st_size, (long long)st->st_mtim.tv_sec, st->st_mtim.tv_nsec,
+			(long long)st->st_ctim.tv_sec, st->st_ctim.tv_nsec, (unsigned)st->st_mode);
+}
+
+int ovl_origin_read(int fd, dev_t *ret_dev, ino_t *ret_ino)
+{
+	char buf[256];
+	unsigned long long dev, ino;
+	unsigned layer;
+	ssize_t n;
+
+	n = ovl_fgetxattr(fd, OVL_XATTR_ORIGIN, buf, sizeof(buf) - 1);
+	if (n < 0)
+		return n == -EOPNOTSUPP ? -ENODATA : (int)n;
+	buf[n] = '\0';
+	if (sscanf(buf, "v1 layer=%u dev=%llu ino=%llu", &layer, &dev, &ino) != 3)
+		return -EBADMSG;
+	*ret_dev = (dev_t)dev;
+	*ret_ino = (ino_t)ino;
+	return 0;
+}
+
+static bool xattr_is_y(int fd, const char *name)
+{
+	char v[4];
+	ssize_t n = ovl_fgetxattr(fd, name, v, sizeof(v));
+
+	return n == 1 && v[0] == 'y';
+}
+
+static int open_stat(int dir_fd, const char *name, struct stat *st)
+{
+	int fd = openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
+		int r = -errno;
+
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
+/* Adds one lower object found at the name to @res. Returns true to go on to the next layer. */
+static bool add_lower(struct ovl_res *res, int fd, unsigned layer, const struct stat *st)
+{
+	bool have_upper = res->upper_fd >= 0;
+	bool is_dir = S_ISDIR(st->st_mode);
+
+	res->lower_exists = true;
+	if (have_upper) {
+		bool upper_dir = S_ISDIR(res->st.st_mode);
+
+		if (!upper_dir || !is_dir) {
+			/* Shadowed: remember the top one only for a non-dir upper (origin, whiteout). */
+			if (!upper_dir && res->lower_fd < 0) {
+				res->lower_fd = fd;
+				res->lower_layer = (uint16_t)layer;
+			} else {
+				close(fd);
+			}
+			return false;
+		}
+	} else if (res->lower_fd < 0) {
+		res->lower_fd = fd;
+		res->lower_layer = (uint16_t)layer;
+		res->st = *st;
+		if (!is_dir)
+			return false;
+		if (xattr_is_y(fd, OVL_XATTR_OPAQUE))
+			return false;
+		return true;
+	}
+	if (!is_dir) {
+		close(fd);
+		return false;
+	}
+	if (res->lower_fd < 0) {
+		res->lower_fd = fd;
+		res->lower_layer = (uint16_t)layer;
+	} else {
+		res->extra[res->n_extra].fd = fd;
+		res->extra[res->n_extra].layer = (uint16_t)layer;
+		res->n_extra++;
+	}
+	return !xattr_is_y(fd, OVL_XATTR_OPAQUE);
+}
+
+/* Looks @name up in one lower dir. Returns true to continue with the next layer. */
+static bool lookup_lower(struct ovl_res *res, int dir_fd, unsigned layer, const char *name, int *err)
+{
+	struct stat st;
+	int fd;
+
+	fd = open_stat(dir_fd, name, &st);
+	if (fd < 0) {
+		if (fd != -ENOENT && fd != -ENOTDIR && *err == 0)
+			*err = fd;
+		return fd == -ENOENT;
+	}
+	if (ovl_is_whiteout(&st)) {
+		close(fd);
+		return false;
+	}
+	return add_lower(res, fd, layer, &st);
+}
+
+/* Follows an absolute redirect ("/a/b") from the lower roots. */
+static void lookup_redirect_abs(struct ovl_res *res, const char *path, int *err)
+{
+	for (size_t i = 0; i < ovl_fs->n_lower; i++) {
+		struct stat st;
+		int fd;
+
+		fd = *path ? openat_beneath(ovl_fs->lower_fds[i], path, O_PATH, 0) : fcntl(ovl_fs->lower_fds[i], F_DUPFD_CLOEXEC, 3);
+		if (fd < 0) {
+			if (fd == -ENOENT || fd == -ENOTDIR)
+				continue;
+			if (*err == 0)
+				*err = fd;
+			return;
+		}
+		if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
+			close(fd);
+			continue;
+		}
+		if (ovl_is_whiteout(&st)) {
+			close(fd);
+			return;
+		}
+		if (!add_lower(res, fd, (unsigned)i, &st))
+			return;
+	}
+}
+
+void ovl_node_stack(struct ovl_node *n, struct ovl_stack *s)
+{
+	s->upper_fd = n->upper_fd;
+	s->opaque = n->opaque;
+	s->n = 0;
+	if (n->type != S_IFDIR || (n->upper_fd >= 0 && n->opaque))
+		return;
+	if (n->lower_fd >= 0) {
+		s->l[s->n].fd = n->lower_fd;
+		s->l[s->n++].layer = n->lower_layer;
+	}
+	for (uint16_t i = 0; i < n->n_extra; i++)
+		s->l[s->n++] = n->extra[i];
+}
+
+void ovl_res_stack(const struct ovl_res *r, struct ovl_stack *s)
+{
+	s->upper_fd = r->upper_fd;
+	s->opaque = r->opaque;
+	s->n = 0;
+	if (!S_ISDIR(r->st.st_mode) || (r->upper_fd >= 0 && r->opaque))
+		return;
+	if (r->lower_fd >= 0) {
+		s->l[s->n].fd = r->lower_fd;
+		s->l[s->n++].layer = r->lower_layer;
+	}
+	for (uint16_t i = 0; i < r->n_extra; i++)
+		s->l[s->n++] = r->extra[i];
+}
+
+int ovl_resolve_in_stack(const struct ovl_stack *s, const char *name, struct ovl_res *res)
+{
+	char redirect[PATH_MAX];
+	const char *lname = name;
+	bool use_redirect_abs = false;
+	struct stat st;
+	int r = 0, err = 0;
+
+	ovl_res_init(res);
+	if (strlen(name) > NAME_MAX)
+		return -ENAMETOOLONG;
+
+	if (s->upper_fd >= 0) {
+		int fd = open_stat(s->upper_fd, name, &st);
+
+		if (fd >= 0) {
+			if (ovl_is_whiteout(&st)) {
+				close(fd);
+				res->whiteout_in_upper = true;
+				return -ENOENT;
+			}
+			res->upper_fd = fd;
+			res->st = st;
+			if (S_ISDIR(st.st_mode)) {
+				ssize_t n;
+
+				if (xattr_is_y(fd, OVL_XATTR_OPAQUE)) {
+					res->opaque = true;
+				} else {
+					n = ovl_fgetxattr(fd, OVL_XATTR_REDIRECT, redirect, sizeof(redirect) - 1);
+					if (n > 0) {
+						redirect[n] = '\0';
+						if (redirect[0] == '/')
+							use_redirect_abs = true;
+						else if (!strchr(redirect, '/') && strlen(redirect) <= NAME_MAX)
+							lname = redirect;
+					}
+				}
+			}
+		} else if (fd != -ENOENT) {
+			return fd;
+		}
+	}
+
+	if (!res->opaque) {
+		if (use_redirect_abs) {
+			lookup_redirect_abs(res, redirect + 1 + strspn(redirect + 1, "/"), &err);
+		} else {
+			for (uint16_t i = 0; i < s->n; i++)
+				if (!lookup_lower(res, s->l[i].fd, s->l[i].layer, lname, &err))
+					break;
+		}
+	}
+
+	if (res->upper_fd < 0 && res->lower_fd < 0) {
+		bool lower_exists = res->lower_exists;
+
+		ovl_res_done(res);
+		res->lower_exists = lower_exists;
+		return err ? err : -ENOENT;
+	}
+
+	/* Identity: the origin for copied-up objects, else the object itself. */
+	res->key_dev = res->st.st_dev;
+	res->key_ino = res->st.st_ino;
+	if (res->upper_fd >= 0) {
+		dev_t od;
+		ino_t oi;
+
+		r = ovl_origin_read(res->upper_fd, &od, &oi);
+		if (r == 0) {
+			res->key_dev = od;
+			res->key_ino = oi;
+		} else if (res->lower_fd >= 0) {
+			struct stat lst;
+
+			if (ovl_fgetxattr(res->upper_fd, OVL_XATTR_ORIGIN_KERNEL, NULL, 0) >= 0 &&
+			    fstatat(res->lower_fd, "", &lst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 &&
+			    (lst.st_mode & S_IFMT) == (res->st.st_mode & S_IFMT)) {
+				res->key_dev = lst.st_dev;
+				res->key_ino = lst.st_ino;
+			}
+		}
+	}
+	return 0;
+}
+
+int ovl_resolve_child(struct ovl_node *dir, const char *name, struct ovl_res *res)
+{
+	struct ovl_stack s;
+	int r;
+
+	ovl_res_init(res);
+	if (strlen(name) > NAME_MAX)
+		return -ENAMETOOLONG;
+	if (dir->type != S_IFDIR)
+		return -ENOTDIR;
+	pthread_rwlock_rdlock(&dir->lock);
+	if (atomic_load(&dir->stale)) {
+		pthread_rwlock_unlock(&dir->lock);
+		return -ESTALE;
+	}
+	ovl_node_stack(dir, &s);
+	r = ovl_resolve_in_stack(&s, name, res);
+	pthread_rwlock_unlock(&dir->lock);
+	return r;
+}
+
+int ovl_node_ensure(struct ovl_node *n)
+{
+	struct ovl_fs *fs = ovl_fs;
+	_cleanup_free_ char *name = NULL;
+	struct ovl_node *parent;
+	struct ovl_res res;
+	int r;
+
+	if (_likely_(!atomic_load(&n->stale)))
+		return 0;
+	pthread_mutex_lock(&fs->copyup_lock);
+	if (!atomic_load(&n->stale)) {
+		pthread_mutex_unlock(&fs->copyup_lock);
+		return 0;
+	}
+	r = ovl_node_parent_name(n, &parent, &name);
+	if (r >= 0)
+		r = ovl_node_ensure(parent);
+	if (r >= 0)
+		r = ovl_resolve_child(parent, name, &res);
+	if (r >= 0) {
+		if ((res.st.st_mode & S_IFMT) != n->type) {
+			ovl_res_done(&res);
+			r = -ESTALE;
+		} else {
+			ovl_node_apply(n, &res);
+			ovl_res_done(&res);
+		}
+	}
+	pthread_mutex_unlock(&fs->copyup_lock);
+	return r == -ENOENT ? -ESTALE : r;
+}
+
+void ovl_stat_to_view(struct ovl_node *n, struct stat *st, bool merged_dir)
+{
+	const struct ovl_options *o = ovl_fs->opt;
+
+	st->st_ino = n->key_ino;
+	st->st_uid = ovl_idmap_to_view(&o->uidmap, st->st_uid);
+	st->st_gid = ovl_idmap_to_view(&o->gidmap, st->st_gid);
+	if (merged_dir)
+		st->st_nlink = 1;
+}
+
+int ovl_node_getattr(struct ovl_node *n, struct stat *st)
+{
+	bool merged;
+	int r, fd;
+
+	r = ovl_node_ensure(n);
+	if (r < 0)
+		return r;
+	pthread_rwlock_rdlock(&n->lock);
+	fd = n->upper_fd >= 0 ? n->upper_fd : n->lower_fd;
+	merged = n->type == S_IFDIR && ((n->upper_fd >= 0 && n->lower_fd >= 0) || n->n_extra > 0);
+	if (fd < 0)
+		r = -ESTALE;
+	else if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
+		r = -errno;
+	pthread_rwlock_unlock(&n->lock);
+	if (r < 0)
+		return r;
+	ovl_stat_to_view(n, st, merged);
+	return 0;
+}

@@ -1,0 +1,673 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * FUSE operations on names and attributes: lookup, forget, getattr,
+ * setattr, readlink, mknod, mkdir, symlink, unlink, rmdir, link, statfs.
+ * Rename lives in ops-rename.c, file and directory handles in ops-file.c,
+ * xattrs in xattr.c. New objects are created in upper by root and then
+ * given the caller's (mapped) owner; a name that hides a lower entry gets
+ * a whiteout, built in the work dir and renamed into place.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "fdpath.h"
+#include "macro.h"
+#include "ops.h"
+#include "ovl.h"
+
+void ovl_mutate_begin(void)
+{
+	pthread_rwlock_rdlock(&ovl_fs->quiesce);
+}
+
+void ovl_mutate_end(void)
+{
+	pthread_rwlock_unlock(&ovl_fs->quiesce);
+}
+
+int ovl_quota_check(off_t add_bytes, int add_inodes)
+{
+	const struct ovl_options *o = ovl_fs->opt;
+
+	if (o->quota_bytes && add_bytes > 0 &&
+	    (uint64_t)atomic_load(&ovl_fs->used_bytes) + (uint64_t)add_bytes > o->quota_bytes)
+		return -ENOSPC;
+	if (o->quota_inodes && add_inodes > 0 &&
+	    (uint64_t)atomic_load(&ovl_fs->used_inodes) + (uint64_t)add_inodes > o->quota_inodes)
+		return -ENOSPC;
+	atomic_fetch_add(&ovl_fs->used_bytes, add_bytes);
+	atomic_fetch_add(&ovl_fs->used_inodes, add_inodes);
+	return 0;
+}
+
+void ovl_fill_entry(struct fuse_entry_param *e, struct ovl_node *n, const struct stat *st)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = ovl_node_ino(n);
+	e->attr = *st;
+	e->attr_timeout = ovl_fs->timeout;
+	e->entry_timeout = ovl_fs->timeout;
+}
+
+int ovl_lookup_node(struct ovl_node *p, const char *name, struct ovl_node **ret, struct stat *ret_st)
+{
+	struct ovl_res res;
+	struct ovl_node *n;
+	struct stat st;
+	bool merged;
+	int r;
+
+	r = ovl_node_ensure(p);
+	if (r < 0)
+		return r;
+	r = ovl_resolve_child(p, name, &res);
+	if (r < 0)
+		return r;
+	st = res.st;
+	merged = S_ISDIR(st.st_mode) && ((res.upper_fd >= 0 && res.lower_fd >= 0) || res.n_extra > 0);
+	r = ovl_node_get(p, name, &res, &n);
+	if (r < 0) {
+		ovl_res_done(&res);
+		return r;
+	}
+	ovl_stat_to_view(n, &st, merged);
+	*ret = n;
+	*ret_st = st;
+	return 0;
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fuse_entry_param e;
+	struct ovl_node *n;
+	struct stat st;
+	int r;
+
+	r = ovl_lookup_node(ovl_node_from_ino(parent), name, &n, &st);
+	if (r == -ENOENT) {
+		memset(&e, 0, sizeof(e));
+		e.entry_timeout = ovl_fs->timeout; /* negative entry, cached by the kernel */
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	if (r < 0) {
+		fuse_reply_err(req, -r);
+		return;
+	}
+	ovl_fill_entry(&e, n, &st);
+	if (fuse_reply_entry(req, &e) != 0)
+		ovl_node_forget(n, 1);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	ovl_node_forget(ovl_node_from_ino(ino), nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	for (size_t i = 0; i < count; i++)
+		ovl_node_forget(ovl_node_from_ino(forgets[i].ino), forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct stat st;
+	int r;
+
+	r = ovl_node_getattr(ovl_node_from_ino(ino), &st);
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_attr(req, &st, ovl_fs->timeout);
+}
+
+static int utimens_fd(int fd, const struct timespec ts[2])
+{
+	char p[64];
+
+	if (utimensat(fd, "", ts, AT_EMPTY_PATH) == 0)
+		return 0;
+	if (errno != EINVAL && errno != ENOENT)
+		return -errno;
+	snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+	return utimensat(AT_FDCWD, p, ts, 0) < 0 ? -errno : 0;
+}
+
+static int do_setattr(struct ovl_node *n, struct stat *attr, int to_set, struct fuse_file_info *fi)
+{
+	const struct ovl_options *o = ovl_fs->opt;
+	_cleanup_close_ int fd = -1;
+	int hfd = fi ? ovl_fh_fd(fi) : -1;
+	int r;
+
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		if (!S_ISREG(n->type))
+			return n->type == S_IFDIR ? -EISDIR : -EINVAL;
+		r = hfd >= 0 ? ovl_copy_up(n) : ovl_copy_up_size(n, attr->st_size);
+	} else {
+		r = ovl_copy_up(n);
+	}
+	if (r < 0)
+		return r;
+	fd = ovl_node_upper_dup(n);
+	if (fd < 0)
+		return fd;
+	if (hfd >= 0 && ovl_fh_is_lower(fi))
+		hfd = -1; /* opened before the copy-up: use the upper object */
+
+	if (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
+		uid_t uid = (to_set & FUSE_SET_ATTR_UID) ? ovl_idmap_to_disk(&o->uidmap, attr->st_uid) : (uid_t)-1;
+		gid_t gid = (to_set & FUSE_SET_ATTR_GID) ? ovl_idmap_to_disk(&o->gidmap, attr->st_gid) : (gid_t)-1;
+
+		if (fchownat(fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
+			return -errno;
+	}
+	if (to_set & FUSE_SET_ATTR_MODE) {
+		char p[64];
+
+		if (n->type == S_IFLNK)
+			return -EOPNOTSUPP;
+		if (hfd >= 0) {
+			if (fchmod(hfd, attr->st_mode & 07777) < 0)
+				return -errno;
+		} else {
+			snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+			if (chmod(p, attr->st_mode & 07777) < 0)
+				return -errno;
+		}
+	}
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		if (hfd >= 0) {
+			if (ftruncate(hfd, attr->st_size) < 0)
+				return -errno;
+		} else {
+			_cleanup_close_ int wfd = fd_reopen(fd, O_WRONLY);
+
+			if (wfd < 0)
+				return wfd;
+			if (ftruncate(wfd, attr->st_size) < 0)
+				return -errno;
+		}
+	}
+	if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)) {
+		struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, { .tv_nsec = UTIME_OMIT } };
+
+		if (to_set & FUSE_SET_ATTR_ATIME_NOW)
+			ts[0].tv_nsec = UTIME_NOW;
+		else if (to_set & FUSE_SET_ATTR_ATIME)
+			ts[0] = attr->st_atim;
+		if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+			ts[1].tv_nsec = UTIME_NOW;
+		else if (to_set & FUSE_SET_ATTR_MTIME)
+			ts[1] = attr->st_mtim;
+		if (hfd >= 0) {
+			if (futimens(hfd, ts) < 0)
+				return -errno;
+		} else {
+			r = utimens_fd(fd, ts);
+			if (r < 0)
+				return r;
+		}
+	}
+	return 0;
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set, struct fuse_file_info *fi)
+{
+	struct ovl_node *n = ovl_node_from_ino(ino);
+	struct stat st;
+	int r;
+
+	ovl_mutate_begin();
+	r = do_setattr(n, attr, to_set, fi);
+	ovl_mutate_end();
+	if (r >= 0)
+		r = ovl_node_getattr(n, &st);
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_attr(req, &st, ovl_fs->timeout);
+}
+
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct ovl_node *n = ovl_node_from_ino(ino);
+	char buf[PATH_MAX + 1];
+	ssize_t len;
+	int r, fd;
+
+	r = ovl_node_ensure(n);
+	if (r < 0) {
+		fuse_reply_err(req, -r);
+		return;
+	}
+	pthread_rwlock_rdlock(&n->lock);
+	fd = n->upper_fd >= 0 ? n->upper_fd : n->lower_fd;
+	len = fd >= 0 ? readlinkat(fd, "", buf, sizeof(buf) - 1) : -1;
+	r = len < 0 ? (fd >= 0 ? -errno : -ESTALE) : 0;
+	pthread_rwlock_unlock(&n->lock);
+	if (r < 0) {
+		fuse_reply_err(req, -r);
+		return;
+	}
+	buf[len] = '\0';
+	fuse_reply_readlink(req, buf);
+}
+
+int ovl_prepare_create(fuse_req_t req, struct ovl_node *p, const char *name, struct ovl_create *c)
+{
+	const struct ovl_options *o = ovl_fs->opt;
+	const struct fuse_ctx *ctx = req ? fuse_req_ctx(req) : NULL;
+	struct ovl_res res;
+	struct stat pst;
+	int r;
+
+	c->pfd = -1;
+	if (strlen(name) > NAME_MAX)
+		return -ENAMETOOLONG;
+	if (o->read_only)
+		return -EROFS;
+	r = ovl_node_ensure(p);
+	if (r < 0)
+		return r;
+	r = ovl_resolve_child(p, name, &res);
+	if (r == 0) {
+		ovl_res_done(&res);
+		return -EEXIST;
+	}
+	if (r != -ENOENT)
+		return r;
+	c->over_whiteout = res.whiteout_in_upper;
+	r = ovl_copy_up(p);
+	if (r < 0)
+		return r;
+	c->pfd = ovl_node_upper_dup(p);
+	if (c->pfd < 0)
+		return c->pfd;
+	if (fstatat(c->pfd, "", &pst, AT_EMPTY_PATH) < 0)
+		return -errno;
+	c->uid = ctx ? ovl_idmap_to_disk(&o->uidmap, ctx->uid) : (uid_t)-1;
+	c->gid = (pst.st_mode & S_ISGID) ? pst.st_gid : ctx ? ovl_idmap_to_disk(&o->gidmap, ctx->gid) : (gid_t)-1;
+	return ovl_quota_check(0, 1);
+}
+
+int ovl_finish_create(struct ovl_create *c, const char *name, const char *tmp, bool is_dir)
+{
+	if (!c->over_whiteout)
+		return 0;
+	if (!is_dir)
+		return renameat(ovl_fs->workwork_fd, tmp, c->pfd, name) < 0 ? -errno : 0;
+	if (renameat2(ovl_fs->workwork_fd, tmp, c->pfd, name, RENAME_EXCHANGE) < 0)
+		return -errno;
+	(void)unlinkat(ovl_fs->workwork_fd, tmp, 0); /* the old whiteout */
+	return 0;
+}
+
+/* Creates a non-regular object (dir, node, symlink) per @kind. Returns 0 or -errno. */
+static int create_object(struct ovl_create *c, const char *name, mode_t mode, dev_t rdev, const char *link)
+{
+	char tmp[64];
+	int dir = c->pfd;
+	const char *at = name;
+	int r;
+
+	if (c->over_whiteout) {
+		ovl_tmp_name(tmp);
+		dir = ovl_fs->workwork_fd;
+		at = tmp;
+	}
+	if (S_ISDIR(mode))
+		r = mkdirat(dir, at, mode & 07777);
+	else if (link)
+		r = symlinkat(link, dir, at);
+	else
+		r = mknodat(dir, at, mode, rdev);
+	if (r < 0)
+		return -errno;
+	if (fchownat(dir, at, c->uid, c->gid, AT_SYMLINK_NOFOLLOW) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	if (!link && (mode & 06000) && fchmodat(dir, at, mode & 07777, 0) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	if (c->over_whiteout && S_ISDIR(mode)) {
+		r = ovl_setxattr_at(dir, at, OVL_XATTR_OPAQUE, "y", 1, 0);
+		if (r < 0)
+			goto fail;
+	}
+	r = ovl_finish_create(c, name, tmp, S_ISDIR(mode));
+	if (r < 0)
+		goto fail;
+	return 0;
+fail:
+	(void)ovl_core_rm_rf_at(dir, at);
+	return r;
+}
+
+static void reply_new_entry(fuse_req_t req, struct ovl_node *p, const char *name, int r)
+{
+	struct fuse_entry_param e;
+	struct ovl_node *n;
+	struct stat st;
+
+	if (r >= 0)
+		r = ovl_lookup_node(p, name, &n, &st);
+	if (r < 0) {
+		fuse_reply_err(req, -r);
+		return;
+	}
+	ovl_fill_entry(&e, n, &st);
+	if (fuse_reply_entry(req, &e) != 0)
+		ovl_node_forget(n, 1);
+}
+
+static void do_create_object(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev,
+			     const char *link)
+{
+	struct ovl_node *p = ovl_node_from_ino(parent);
+	struct ovl_create c;
+	int r;
+
+	ovl_mutate_begin();
+	r = ovl_prepare_create(req, p, name, &c);
+	if (r >= 0)
+		r = create_object(&c, name, mode, rdev, link);
+	safe_close(c.pfd);
+	ovl_mutate_end();
+	reply_new_entry(req, p, name, r);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	if (S_ISCHR(mode) && rdev == 0) {
+		fuse_reply_err(req, EPERM); /* would be a whiteout */
+		return;
+	}
+	if (!S_ISREG(mode) && !S_ISCHR(mode) && !S_ISBLK(mode) && !S_ISFIFO(mode) && !S_ISSOCK(mode)) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	do_create_object(req, parent, name, mode, rdev, NULL);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	do_create_object(req, parent, name, S_IFDIR | (mode & 07777), 0, NULL);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	do_create_object(req, parent, name, S_IFLNK | 0777, 0, link);
+}
+
+/* The origin record a whiteout replacing @res should carry: the upper object's own, else the lower's. */
+int ovl_whiteout_tmp_for(const struct ovl_res *res, char tmp[static 64])
+{
+	char buf[256];
+	struct stat lst;
+	ssize_t n;
+	int r;
+
+	if (res->upper_fd >= 0) {
+		n = ovl_fgetxattr(res->upper_fd, OVL_XATTR_ORIGIN, buf, sizeof(buf) - 1);
+		if (n > 0) {
+			r = ovl_make_whiteout_tmp(tmp, 0, NULL);
+			if (r < 0)
+				return r;
+			r = ovl_setxattr_at(ovl_fs->workwork_fd, tmp, OVL_XATTR_ORIGIN, buf, (size_t)n, 0);
+			if (r < 0)
+				(void)unlinkat(ovl_fs->workwork_fd, tmp, 0);
+			return r;
+		}
+	}
+	if (res->lower_fd >= 0 && fstatat(res->lower_fd, "", &lst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0)
+		return ovl_make_whiteout_tmp(tmp, res->lower_layer, &lst);
+	return ovl_make_whiteout_tmp(tmp, 0, NULL);
+}
+
+/* Forgets the name index entry of whatever node sits at @p/@name after it was removed. */
+static void drop_removed(struct ovl_node *p, const char *name, bool keep_identity)
+{
+	struct ovl_node *n = ovl_node_find_child(p, name);
+
+	if (n)
+		ovl_node_unhash_name(n, !keep_identity); /* other hard links keep the identity */
+}
+
+static int do_remove(struct ovl_node *p, const char *name, bool dir)
+{
+	struct ovl_fs *fs = ovl_fs;
+	_cleanup_close_ int pfd = -1;
+	struct ovl_res res;
+	bool keep_identity = false;
+	char tmp[64];
+	int r;
+
+	if (fs->opt->read_only)
+		return -EROFS;
+	r = ovl_node_ensure(p);
+	if (r < 0)
+		return r;
+	r = ovl_resolve_child(p, name, &res);
+	if (r < 0)
+		return r;
+	if (dir && !S_ISDIR(res.st.st_mode)) {
+		r = -ENOTDIR;
+		goto out;
+	}
+	if (!dir && S_ISDIR(res.st.st_mode)) {
+		r = -EISDIR;
+		goto out;
+	}
+	if (dir) {
+		struct ovl_stack s;
+
+		ovl_res_stack(&res, &s);
+		r = ovl_stack_is_empty(&s);
+		if (r < 0)
+			goto out;
+		if (r == 0) {
+			r = -ENOTEMPTY;
+			goto out;
+		}
+	}
+	r = ovl_copy_up(p);
+	if (r < 0)
+		goto out;
+	pfd = ovl_node_upper_dup(p);
+	if (pfd < 0) {
+		r = pfd;
+		goto out;
+	}
+
+	if (res.lower_exists) {
+		r = ovl_whiteout_tmp_for(&res, tmp);
+		if (r < 0)
+			goto out;
+		if (res.upper_fd < 0)
+			r = renameat2(fs->workwork_fd, tmp, pfd, name, RENAME_NOREPLACE);
+		else if (!dir)
+			r = renameat(fs->workwork_fd, tmp, pfd, name);
+		else
+			r = renameat2(fs->workwork_fd, tmp, pfd, name, RENAME_EXCHANGE);
+		if (r < 0) {
+			r = -errno;
+			(void)unlinkat(fs->workwork_fd, tmp, 0);
+			goto out;
+		}
+		if (dir && res.upper_fd >= 0)
+			(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp); /* the old upper dir, maybe with whiteouts */
+	} else if (!dir) {
+		struct stat st;
+
+		if (unlinkat(pfd, name, 0) < 0) {
+			r = -errno;
+			goto out;
+		}
+		keep_identity = fstatat(res.upper_fd, "", &st, AT_EMPTY_PATH) == 0 && st.st_nlink > 0;
+	} else if (unlinkat(pfd, name, AT_REMOVEDIR) < 0) {
+		if (errno != ENOTEMPTY && errno != EEXIST) {
+			r = -errno;
+			goto out;
+		}
+		/* Only whiteouts left inside: move it out of the way atomically, then clean. */
+		ovl_tmp_name(tmp);
+		if (renameat(pfd, name, fs->workwork_fd, tmp) < 0) {
+			r = -errno;
+			goto out;
+		}
+		(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp);
+	}
+	drop_removed(p, name, keep_identity);
+	r = 0;
+out:
+	ovl_res_done(&res);
+	return r;
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	int r;
+
+	ovl_mutate_begin();
+	r = do_remove(ovl_node_from_ino(parent), name, false);
+	ovl_mutate_end();
+	fuse_reply_err(req, -r);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	int r;
+
+	ovl_mutate_begin();
+	r = do_remove(ovl_node_from_ino(parent), name, true);
+	ovl_mutate_end();
+	fuse_reply_err(req, -r);
+}
+
+static int do_link(struct ovl_node *n, struct ovl_node *np, const char *name)
+{
+	struct ovl_create c;
+	_cleanup_close_ int fd = -1;
+	char tmp[64], p[64];
+	int dir, r;
+	const char *at = name;
+
+	if (n->type == S_IFDIR)
+		return -EPERM;
+	r = ovl_copy_up(n);
+	if (r < 0)
+		return r;
+	r = ovl_prepare_create(NULL, np, name, &c);
+	if (r < 0)
+		goto out;
+	fd = ovl_node_upper_dup(n);
+	if (fd < 0) {
+		r = fd;
+		goto out;
+	}
+	dir = c.pfd;
+	if (c.over_whiteout) {
+		ovl_tmp_name(tmp);
+		dir = ovl_fs->workwork_fd;
+		at = tmp;
+	}
+	if (linkat(fd, "", dir, at, AT_EMPTY_PATH) < 0) {
+		snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+		if (linkat(AT_FDCWD, p, dir, at, AT_SYMLINK_FOLLOW) < 0) {
+			r = -errno;
+			goto out;
+		}
+	}
+	r = ovl_finish_create(&c, name, tmp, false);
+	if (r < 0)
+		(void)unlinkat(dir, at, 0);
+out:
+	safe_close(c.pfd);
+	return r;
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	struct ovl_node *n = ovl_node_from_ino(ino);
+	struct fuse_entry_param e;
+	struct stat st;
+	int r;
+
+	ovl_mutate_begin();
+	r = do_link(n, ovl_node_from_ino(newparent), newname);
+	ovl_mutate_end();
+	if (r >= 0)
+		r = ovl_node_getattr(n, &st);
+	if (r < 0) {
+		fuse_reply_err(req, -r);
+		return;
+	}
+	ovl_node_ref(n);
+	ovl_fill_entry(&e, n, &st);
+	if (fuse_reply_entry(req, &e) != 0)
+		ovl_node_forget(n, 1);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct statvfs sv;
+
+	if (fstatvfs(ovl_fs->upper_fd, &sv) < 0) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	fuse_reply_statfs(req, &sv);
+}
+
+const struct fuse_lowlevel_ops ovl_ops = {
+	.init = ovl_op_init,
+	.destroy = ovl_op_destroy,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.setattr = op_setattr,
+	.readlink = op_readlink,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.symlink = op_symlink,
+	.unlink = op_unlink,
+	.rmdir = op_rmdir,
+	.rename = ovl_op_rename,
+	.link = op_link,
+	.open = ovl_op_open,
+	.read = ovl_op_read,
+	.write_buf = ovl_op_write_buf,
+	.flush = ovl_op_flush,
+	.release = ovl_op_release,
+	.fsync = ovl_op_fsync,
+	.opendir = ovl_op_opendir,
+	.readdir = ovl_op_readdir,
+	.readdirplus = ovl_op_readdirplus,
+	.releasedir = ovl_op_releasedir,
+	.fsyncdir = ovl_op_fsyncdir,
+	.statfs = op_statfs,
+	.setxattr = ovl_op_setxattr,
+	.getxattr = ovl_op_getxattr,
+	.listxattr = ovl_op_listxattr,
+	.removexattr = ovl_op_removexattr,
+	.access = ovl_op_access,
+	.create = ovl_op_create,
+	.fallocate = ovl_op_fallocate,
+	.copy_file_range = ovl_op_copy_file_range,
+	.lseek = ovl_op_lseek,
+};

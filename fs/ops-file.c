@@ -1,0 +1,473 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * FUSE operations on open files and directories: open/create (copy-up on
+ * write access), read by splice, write_buf, fsync, fallocate,
+ * copy_file_range, lseek SEEK_DATA/SEEK_HOLE, merged readdir/readdirplus,
+ * access, and session init (capabilities: writeback cache, splice,
+ * readdirplus, parallel dirops).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fdpath.h"
+#include "log.h"
+#include "macro.h"
+#include "ops.h"
+#include "ovl.h"
+
+static int new_fh(int fd, bool lower, struct fuse_file_info *fi)
+{
+	struct ovl_fh *fh = malloc(sizeof(*fh));
+
+	if (!fh)
+		return -ENOMEM;
+	fh->fd = fd;
+	fh->lower = lower;
+	fi->fh = (uint64_t)(uintptr_t)fh;
+	return 0;
+}
+
+static int open_flags(int flags)
+{
+	flags &= ~(O_CREAT | O_EXCL | O_NOCTTY | O_NOFOLLOW);
+	if (ovl_fs->opt->writeback) {
+		/* The kernel may read pages of a write-only file and handles O_APPEND itself. */
+		if ((flags & O_ACCMODE) == O_WRONLY)
+			flags = (flags & ~O_ACCMODE) | O_RDWR;
+		flags &= ~O_APPEND;
+	}
+	return flags | O_CLOEXEC;
+}
+
+static void set_fi_flags(struct fuse_file_info *fi)
+{
+	fi->keep_cache = 1;
+}
+
+void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ovl_node *n = ovl_node_from_ino(ino);
+	bool write = (fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC);
+	bool lower = false;
+	int r = 0, fd = -1;
+
+	if (write) {
+		if (ovl_fs->opt->read_only) {
+			fuse_reply_err(req, EROFS);
+			return;
+		}
+		ovl_mutate_begin();
+		r = ovl_copy_up_size(n, (fi->flags & O_TRUNC) ? 0 : -1);
+	} else {
+		r = ovl_node_ensure(n);
+	}
+	if (r >= 0) {
+		pthread_rwlock_rdlock(&n->lock);
+		if (n->upper_fd >= 0) {
+			fd = fd_reopen(n->upper_fd, open_flags(fi->flags));
+		} else if (n->lower_fd >= 0) {
+			fd = fd_reopen(n->lower_fd, open_flags(fi->flags & ~O_TRUNC));
+			lower = true;
+		} else {
+			fd = -ESTALE;
+		}
+		pthread_rwlock_unlock(&n->lock);
+		r = fd;
+	}
+	if (write)
+		ovl_mutate_end();
+	if (r >= 0)
+		r = new_fh(fd, lower, fi);
+	if (r < 0) {
+		safe_close(fd);
+		fuse_reply_err(req, -r);
+		return;
+	}
+	set_fi_flags(fi);
+	if (fuse_reply_open(req, fi) != 0) {
+		close(fd);
+		free((void *)(uintptr_t)fi->fh);
+	}
+}
+
+void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi)
+{
+	struct ovl_node *p = ovl_node_from_ino(parent);
+	struct fuse_entry_param e;
+	struct ovl_create c;
+	struct ovl_node *n;
+	struct stat st;
+	char tmp[64] = "";
+	int r, fd = -1, dir;
+	const char *at = name;
+
+	ovl_mutate_begin();
+	r = ovl_prepare_create(req, p, name, &c);
+	if (r >= 0) {
+		dir = c.pfd;
+		if (c.over_whiteout) {
+			ovl_tmp_name(tmp);
+			dir = ovl_fs->workwork_fd;
+			at = tmp;
+		}
+		fd = openat(dir, at, open_flags(fi->flags) | O_CREAT | O_EXCL | O_NOFOLLOW, mode & 07777);
+		if (fd < 0) {
+			r = -errno;
+		} else if (fchown(fd, c.uid, c.gid) < 0 || ((mode & 06000) && fchmod(fd, mode & 07777) < 0)) {
+			r = -errno;
+		} else {
+			r = ovl_finish_create(&c, name, tmp, false);
+		}
+		if (r < 0 && fd >= 0) {
+			(void)unlinkat(dir, at, 0);
+			fd = safe_close(fd);
+		}
+	}
+	safe_close(c.pfd);
+	ovl_mutate_end();
+	if (r >= 0)
+		r = ovl_lookup_node(p, name, &n, &st);
+	if (r >= 0) {
+		r = new_fh(fd, false, fi);
+		if (r < 0)
+			ovl_node_forget(n, 1);
+	}
+	if (r < 0) {
+		safe_close(fd);
+		fuse_reply_err(req, -r);
+		return;
+	}
+	set_fi_flags(fi);
+	ovl_fill_entry(&e, n, &st);
+	if (fuse_reply_create(req, &e, fi) != 0) {
+		ovl_node_forget(n, 1);
+		close(fd);
+		free((void *)(uintptr_t)fi->fh);
+	}
+}
+
+/* A file opened read-only before a copy-up keeps reading lower data: switch it to the upper copy. */
+static int read_fd(struct ovl_node *n, struct fuse_file_info *fi)
+{
+	struct ovl_fh *fh = (struct ovl_fh *)(uintptr_t)fi->fh;
+
+	if (_unlikely_(fh->lower)) {
+		int nfd = -1;
+
+		pthread_rwlock_rdlock(&n->lock);
+		if (n->upper_fd >= 0)
+			nfd = fd_reopen(n->upper_fd, O_RDONLY);
+		pthread_rwlock_unlock(&n->lock);
+		if (nfd >= 0) {
+			/* dup3 swaps the file behind the same fd number atomically for concurrent readers. */
+			if (dup3(nfd, fh->fd, O_CLOEXEC) >= 0)
+				fh->lower = false;
+			close(nfd);
+		}
+	}
+	return fh->fd;
+}
+
+void ovl_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+
+	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	buf.buf[0].fd = read_fd(ovl_node_from_ino(ino), fi);
+	buf.buf[0].pos = off;
+	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+}
+
+void ovl_op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in, off_t off, struct fuse_file_info *fi)
+{
+	struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));
+	ssize_t r;
+
+	if (ovl_fs->opt->quota_bytes) {
+		struct stat st;
+
+		if (fstat(ovl_fh_fd(fi), &st) == 0 && (off_t)(off + out.buf[0].size) > st.st_size) {
+			int q = ovl_quota_check(off + (off_t)out.buf[0].size - st.st_size, 0);
+
+			if (q < 0) {
+				fuse_reply_err(req, -q);
+				return;
+			}
+		}
+	}
+	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	out.buf[0].fd = ovl_fh_fd(fi);
+	out.buf[0].pos = off;
+	ovl_mutate_begin();
+	r = fuse_buf_copy(&out, in, 0);
+	ovl_mutate_end();
+	if (r < 0)
+		fuse_reply_err(req, (int)-r);
+	else
+		fuse_reply_write(req, (size_t)r);
+}
+
+void ovl_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, 0);
+}
+
+void ovl_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ovl_fh *fh = (struct ovl_fh *)(uintptr_t)fi->fh;
+
+	close(fh->fd);
+	free(fh);
+	fuse_reply_err(req, 0);
+}
+
+void ovl_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	int r = 0;
+
+	if (ovl_fs->opt->fsync)
+		r = (datasync ? fdatasync(ovl_fh_fd(fi)) : fsync(ovl_fh_fd(fi))) < 0 ? errno : 0;
+	fuse_reply_err(req, r);
+}
+
+void ovl_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length, struct fuse_file_info *fi)
+{
+	int r;
+
+	ovl_mutate_begin();
+	r = fallocate(ovl_fh_fd(fi), mode, offset, length) < 0 ? errno : 0;
+	ovl_mutate_end();
+	fuse_reply_err(req, r);
+}
+
+void ovl_op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, struct fuse_file_info *fi_in,
+			    fuse_ino_t ino_out, off_t off_out, struct fuse_file_info *fi_out, size_t len, int flags)
+{
+	loff_t in = off_in, out = off_out;
+	ssize_t n;
+
+	ovl_mutate_begin();
+	n = copy_file_range(read_fd(ovl_node_from_ino(ino_in), fi_in), &in, ovl_fh_fd(fi_out), &out, len, (unsigned)flags);
+	ovl_mutate_end();
+	if (n < 0)
+		fuse_reply_err(req, errno);
+	else
+		fuse_reply_write(req, (size_t)n);
+}
+
+void ovl_op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi)
+{
+	off_t r = lseek(read_fd(ovl_node_from_ino(ino), fi), off, whence);
+
+	if (r < 0)
+		fuse_reply_err(req, errno);
+	else
+		fuse_reply_lseek(req, r);
+}
+
+/* ------------------------------------------------------------------ directories */
+
+void ovl_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ovl_dir *d = calloc(1, sizeof(*d));
+	int r;
+
+	if (!d) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_init(&d->lock, NULL);
+	r = ovl_dir_load(ovl_node_from_ino(ino), d);
+	if (r < 0) {
+		pthread_mutex_destroy(&d->lock);
+		free(d);
+		fuse_reply_err(req, -r);
+		return;
+	}
+	fi->fh = (uint64_t)(uintptr_t)d;
+	if (fuse_reply_open(req, fi) != 0) {
+		ovl_dir_free(d);
+		pthread_mutex_destroy(&d->lock);
+		free(d);
+	}
+}
+
+static ino_t parent_ino(struct ovl_node *n)
+{
+	ino_t ino;
+
+	pthread_mutex_lock(&ovl_fs->table_lock);
+	ino = n->parent ? n->parent->key_ino : n->key_ino;
+	pthread_mutex_unlock(&ovl_fs->table_lock);
+	return ino;
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi, bool plus)
+{
+	struct ovl_dir *d = (struct ovl_dir *)(uintptr_t)fi->fh;
+	struct ovl_node *n = ovl_node_from_ino(ino);
+	_cleanup_free_ char *buf = NULL;
+	size_t pos = 0;
+	int r = 0;
+
+	buf = malloc(size);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_lock(&d->lock);
+	if (off == 0 || !d->loaded)
+		r = ovl_dir_load(n, d);
+	if (r < 0) {
+		pthread_mutex_unlock(&d->lock);
+		fuse_reply_err(req, -r);
+		return;
+	}
+	for (size_t i = (size_t)off; i < d->n + 2; i++) {
+		const char *name;
+		struct stat st = { 0 };
+		size_t need;
+
+		if (i < 2) {
+			name = i == 0 ? "." : "..";
+			st.st_ino = i == 0 ? n->key_ino : parent_ino(n);
+			st.st_mode = S_IFDIR;
+		} else {
+			name = d->ents[i - 2].name;
+			st.st_ino = d->ents[i - 2].ino;
+			st.st_mode = (mode_t)DTTOIF(d->ents[i - 2].type);
+		}
+		if (!plus) {
+			need = fuse_add_direntry(req, buf + pos, size - pos, name, &st, (off_t)i + 1);
+			if (need > size - pos)
+				break;
+			pos += need;
+			continue;
+		}
+		need = fuse_add_direntry_plus(req, NULL, 0, name, NULL, 0);
+		if (need > size - pos)
+			break;
+		if (i < 2) {
+			struct fuse_entry_param e = { .attr = st };
+
+			pos += fuse_add_direntry_plus(req, buf + pos, size - pos, name, &e, (off_t)i + 1);
+		} else {
+			struct fuse_entry_param e;
+			struct ovl_node *c;
+			struct stat cst;
+
+			r = ovl_lookup_node(n, name, &c, &cst);
+			if (r < 0) {
+				if (r == -ENOENT || r == -ESTALE) {
+					r = 0;
+					continue; /* vanished since opendir */
+				}
+				break;
+			}
+			ovl_fill_entry(&e, c, &cst);
+			pos += fuse_add_direntry_plus(req, buf + pos, size - pos, name, &e, (off_t)i + 1);
+		}
+	}
+	pthread_mutex_unlock(&d->lock);
+	if (r < 0 && pos == 0)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_buf(req, buf, pos);
+}
+
+void ovl_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, false);
+}
+
+void ovl_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, true);
+}
+
+void ovl_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ovl_dir *d = (struct ovl_dir *)(uintptr_t)fi->fh;
+
+	ovl_dir_free(d);
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+	fuse_reply_err(req, 0);
+}
+
+void ovl_op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	struct ovl_node *n = ovl_node_from_ino(ino);
+	int fd, r = 0;
+
+	if (!ovl_fs->opt->fsync) {
+		fuse_reply_err(req, 0);
+		return;
+	}
+	fd = ovl_node_upper_dup(n);
+	if (fd >= 0) {
+		int rfd = fd_reopen(fd, O_RDONLY | O_DIRECTORY);
+
+		if (rfd >= 0) {
+			r = fsync(rfd) < 0 ? errno : 0;
+			close(rfd);
+		}
+		close(fd);
+	}
+	fuse_reply_err(req, r);
+}
+
+void ovl_op_access(fuse_req_t req, fuse_ino_t ino, int mask)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct stat st;
+	int r;
+
+	r = ovl_node_getattr(ovl_node_from_ino(ino), &st);
+	if (r < 0) {
+		fuse_reply_err(req, -r);
+		return;
+	}
+	if (mask == F_OK || ctx->uid == 0) {
+		fuse_reply_err(req, (ctx->uid == 0 && (mask & X_OK) && !S_ISDIR(st.st_mode) && !(st.st_mode & 0111)) ? EACCES : 0);
+		return;
+	}
+	{
+		mode_t bits = ctx->uid == st.st_uid ? (st.st_mode >> 6) : ctx->gid == st.st_gid ? (st.st_mode >> 3) : st.st_mode;
+
+		if (((mask & R_OK) && !(bits & 4)) || ((mask & W_OK) && !(bits & 2)) || ((mask & X_OK) && !(bits & 1)))
+			r = -EACCES;
+	}
+	if (r == 0 && (mask & W_OK) && ovl_fs->opt->read_only)
+		r = -EROFS;
+	fuse_reply_err(req, -r);
+}
+
+/* ------------------------------------------------------------------ session */
+
+void ovl_op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	const struct ovl_options *o = ovl_fs->opt;
+
+	if (o->writeback && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
+		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+	else
+		conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+	conn->want |= conn->capable & (FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE |
+				       FUSE_CAP_PARALLEL_DIROPS | FUSE_CAP_ASYNC_READ | FUSE_CAP_READDIRPLUS |
+				       FUSE_CAP_READDIRPLUS_AUTO | FUSE_CAP_ATOMIC_O_TRUNC | FUSE_CAP_CACHE_SYMLINKS);
+	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA; /* explicit invalidation (live.changed) instead */
+	conn->want &= ~(FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS); /* the kernel keeps locks locally */
+	conn->max_write = 1024 * 1024;
+	conn->max_readahead = 1024 * 1024;
+	conn->max_background = 64;
+	conn->congestion_threshold = 48;
+	conn->time_gran = 1;
+}
+
+void ovl_op_destroy(void *userdata)
+{
+}

@@ -1,0 +1,367 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * rename(2) on the merged view, incl. RENAME_NOREPLACE and RENAME_EXCHANGE,
+ * never EXDEV. A non-directory is copied up and renamed; when the old name
+ * hides a lower entry the rename leaves a whiteout there atomically
+ * (RENAME_WHITEOUT). A directory that merges lower content is moved as a
+ * full copy of its merged subtree (data by reflink/copy_file_range, upper
+ * files hard-linked) built in the work dir, renamed into place as an
+ * opaque directory, and the old name becomes a whiteout: the same tree the
+ * kernel shows from our upper with its default options (no redirect_dir).
+ * Renames are serialized by copyup_lock.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "macro.h"
+#include "ops.h"
+#include "ovl.h"
+
+static bool node_is_merged_dir(struct ovl_node *n)
+{
+	bool r;
+
+	pthread_rwlock_rdlock(&n->lock);
+	r = n->type == S_IFDIR && !(n->upper_fd >= 0 && n->opaque) && (n->lower_fd >= 0 || n->n_extra > 0);
+	pthread_rwlock_unlock(&n->lock);
+	return r;
+}
+
+static void mark_stale_cb(struct ovl_node *d, void *ud)
+{
+	atomic_store(&d->stale, true);
+}
+
+/* Points @n at the upper directory now at @pfd/@name (opaque, no lower) and marks its subtree stale. */
+static int adopt_upper_dir(struct ovl_node *n, int pfd, const char *name)
+{
+	struct ovl_res res;
+
+	ovl_res_init(&res);
+	res.upper_fd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (res.upper_fd < 0)
+		return -errno;
+	res.opaque = true;
+	ovl_node_apply(n, &res);
+	ovl_res_done(&res);
+	ovl_node_foreach_descendant(n, mark_stale_cb, NULL);
+	return 0;
+}
+
+/* Moves work/@tmp to @pfd/@name, over whatever upper entry is there (a whiteout or an empty dir). */
+static int place_tmp(const char *tmp, int pfd, const char *name, bool replace)
+{
+	struct ovl_fs *fs = ovl_fs;
+
+	if (!replace)
+		return renameat2(fs->workwork_fd, tmp, pfd, name, RENAME_NOREPLACE) < 0 ? -errno : 0;
+	if (renameat2(fs->workwork_fd, tmp, pfd, name, RENAME_EXCHANGE) < 0)
+		return -errno;
+	(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp); /* what was there before */
+	return 0;
+}
+
+/* Replaces the merged dir @n (resolved as @res at @pfd/@name) by an opaque full copy in place. */
+static int materialize_dir(struct ovl_node *n, const struct ovl_res *res, int pfd, const char *name)
+{
+	char tmp[64];
+	int r;
+
+	r = ovl_copy_tree_tmp(n, tmp);
+	if (r < 0)
+		return r;
+	r = place_tmp(tmp, pfd, name, res->upper_fd >= 0);
+	if (r < 0) {
+		(void)ovl_core_rm_rf_at(ovl_fs->workwork_fd, tmp);
+		return r;
+	}
+	return adopt_upper_dir(n, pfd, name);
+}
+
+static int set_opaque(struct ovl_node *n)
+{
+	int fd = ovl_node_upper_dup(n), r;
+
+	if (fd < 0)
+		return fd;
+	r = ovl_fsetxattr(fd, OVL_XATTR_OPAQUE, "y", 1, 0);
+	close(fd);
+	if (r >= 0) {
+		pthread_rwlock_wrlock(&n->lock);
+		n->opaque = true;
+		pthread_rwlock_unlock(&n->lock);
+	}
+	return r;
+}
+
+/* Writes the origin record for the whiteout just left at @pfd/@name by RENAME_WHITEOUT. Best effort. */
+static void whiteout_origin(int pfd, const char *name, int moved_dir_fd, const char *moved_name,
+			    const struct ovl_res *src)
+{
+	char buf[256];
+	ssize_t n = -1;
+	struct stat lst;
+	int fd = openat(moved_dir_fd, moved_name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd >= 0) {
+		n = ovl_fgetxattr(fd, OVL_XATTR_ORIGIN, buf, sizeof(buf) - 1);
+		close(fd);
+	}
+	if (n <= 0) {
+		if (src->lower_fd < 0 || fstatat(src->lower_fd, "", &lst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
+			return;
+		n = ovl_origin_format(buf, sizeof(buf), src->lower_layer, &lst);
+	}
+	(void)ovl_setxattr_at(pfd, name, OVL_XATTR_ORIGIN, buf, (size_t)n, 0);
+}
+
+/* rename with a whiteout left at the old name; falls back to two steps where RENAME_WHITEOUT is missing. */
+static int rename_whiteout(int pfd, const char *name, int npfd, const char *nname, unsigned flags,
+			   const struct ovl_res *src)
+{
+	char tmp[64];
+	int r;
+
+	if (renameat2(pfd, name, npfd, nname, flags | RENAME_WHITEOUT) == 0) {
+		whiteout_origin(pfd, name, npfd, nname, src);
+		return 0;
+	}
+	if (errno != EINVAL && errno != EOPNOTSUPP)
+		return -errno;
+	r = ovl_whiteout_tmp_for(src, tmp);
+	if (r < 0)
+		return r;
+	if (renameat2(pfd, name, npfd, nname, flags) < 0) {
+		r = -errno;
+		(void)unlinkat(ovl_fs->workwork_fd, tmp, 0);
+		return r;
+	}
+	if (renameat2(ovl_fs->workwork_fd, tmp, pfd, name, RENAME_NOREPLACE) < 0) {
+		r = -errno;
+		(void)unlinkat(ovl_fs->workwork_fd, tmp, 0);
+		return r;
+	}
+	return 0;
+}
+
+static int get_node(struct ovl_node *p, const char *name, struct ovl_node **ret)
+{
+	struct stat st;
+
+	return ovl_lookup_node(p, name, ret, &st);
+}
+
+static int do_rename(struct ovl_node *p, const char *name, struct ovl_node *np, const char *nname, unsigned flags)
+{
+	struct ovl_fs *fs = ovl_fs;
+	struct ovl_res src, dst;
+	struct ovl_node *sn = NULL, *dn = NULL, *replaced = NULL;
+	_cleanup_close_ int pfd = -1, npfd = -1;
+	bool dst_exists, dst_upper_entry, src_dir;
+	int r;
+
+	ovl_res_init(&src);
+	ovl_res_init(&dst);
+	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE))
+		return -EINVAL;
+	if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))
+		return -EINVAL;
+	if (fs->opt->read_only)
+		return -EROFS;
+	if (strlen(name) > NAME_MAX || strlen(nname) > NAME_MAX)
+		return -ENAMETOOLONG;
+	r = ovl_node_ensure(p);
+	if (r >= 0)
+		r = ovl_node_ensure(np);
+	if (r < 0)
+		return r;
+	if (p == np && strcmp(name, nname) == 0)
+		return 0;
+
+	r = ovl_resolve_child(p, name, &src);
+	if (r < 0)
+		return r;
+	r = ovl_resolve_child(np, nname, &dst);
+	if (r < 0 && r != -ENOENT)
+		goto out;
+	dst_exists = r == 0;
+	dst_upper_entry = dst.upper_fd >= 0 || dst.whiteout_in_upper;
+	src_dir = S_ISDIR(src.st.st_mode);
+	r = 0;
+
+	if ((flags & RENAME_NOREPLACE) && dst_exists) {
+		r = -EEXIST;
+		goto out;
+	}
+	if ((flags & RENAME_EXCHANGE) && !dst_exists) {
+		r = -ENOENT;
+		goto out;
+	}
+	if (dst_exists && !(flags & RENAME_EXCHANGE)) {
+		bool dst_dir = S_ISDIR(dst.st.st_mode);
+
+		if (src_dir && !dst_dir) {
+			r = -ENOTDIR;
+			goto out;
+		}
+		if (!src_dir && dst_dir) {
+			r = -EISDIR;
+			goto out;
+		}
+		if (dst_dir) {
+			struct ovl_stack s;
+
+			ovl_res_stack(&dst, &s);
+			r = ovl_stack_is_empty(&s);
+			if (r < 0)
+				goto out;
+			if (r == 0) {
+				r = -ENOTEMPTY;
+				goto out;
+			}
+			r = 0;
+		}
+		if (src.upper_fd >= 0 && dst.upper_fd >= 0 && src.st.st_dev == dst.st.st_dev &&
+		    src.st.st_ino == dst.st.st_ino)
+			goto out; /* two links of one file: nothing to do */
+	}
+
+	r = ovl_copy_up(p);
+	if (r >= 0)
+		r = ovl_copy_up(np);
+	if (r >= 0)
+		r = get_node(p, name, &sn);
+	if (r >= 0 && dst_exists)
+		r = get_node(np, nname, &dn);
+	if (r < 0)
+		goto out;
+	pfd = ovl_node_upper_dup(p);
+	npfd = ovl_node_upper_dup(np);
+	if (pfd < 0 || npfd < 0) {
+		r = pfd < 0 ? pfd : npfd;
+		goto out;
+	}
+
+	if (flags & RENAME_EXCHANGE) {
+		if (node_is_merged_dir(sn))
+			r = materialize_dir(sn, &src, pfd, name);
+		else
+			r = ovl_copy_up(sn);
+		if (r >= 0 && node_is_merged_dir(dn))
+			r = materialize_dir(dn, &dst, npfd, nname);
+		else if (r >= 0)
+			r = ovl_copy_up(dn);
+		if (r >= 0 && src_dir && dst.lower_exists)
+			r = set_opaque(sn);
+		if (r >= 0 && dn->type == S_IFDIR && src.lower_exists)
+			r = set_opaque(dn);
+		if (r >= 0 && renameat2(pfd, name, npfd, nname, RENAME_EXCHANGE) < 0)
+			r = -errno;
+		if (r < 0)
+			goto out;
+		(void)ovl_node_set_name(sn, np, nname);
+		(void)ovl_node_set_name(dn, p, name);
+		goto out;
+	}
+
+	if (!src_dir) {
+		unsigned f = dst_upper_entry ? 0 : RENAME_NOREPLACE;
+
+		r = ovl_copy_up(sn);
+		if (r < 0)
+			goto out;
+		if (src.lower_exists)
+			r = rename_whiteout(pfd, name, npfd, nname, f, &src);
+		else
+			r = renameat2(pfd, name, npfd, nname, f) < 0 ? -errno : 0;
+	} else if (!node_is_merged_dir(sn)) {
+		/* A directory that lives in upper only (or is opaque): move it as is. */
+		if (dst.lower_exists) {
+			r = set_opaque(sn);
+			if (r < 0)
+				goto out;
+		}
+		if (!dst_upper_entry) {
+			if (src.lower_exists)
+				r = rename_whiteout(pfd, name, npfd, nname, RENAME_NOREPLACE, &src);
+			else
+				r = renameat2(pfd, name, npfd, nname, RENAME_NOREPLACE) < 0 ? -errno : 0;
+		} else if (renameat2(pfd, name, npfd, nname, RENAME_EXCHANGE) < 0) {
+			r = -errno;
+		} else {
+			/* The old name now holds what was at the new one: a whiteout or an empty dir. */
+			char tmp[64];
+
+			if (src.lower_exists && dst.whiteout_in_upper) {
+				r = 0; /* already the whiteout we need */
+			} else if (src.lower_exists) {
+				r = ovl_whiteout_tmp_for(&src, tmp);
+				if (r >= 0)
+					r = place_tmp(tmp, pfd, name, true);
+			} else {
+				ovl_tmp_name(tmp);
+				if (renameat(pfd, name, fs->workwork_fd, tmp) < 0)
+					r = -errno;
+				else
+					(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp);
+			}
+		}
+	} else {
+		/* A directory with lower content: full copy, opaque, whiteout at the old name. */
+		char tmp[64], wh[64];
+
+		r = ovl_copy_tree_tmp(sn, tmp);
+		if (r < 0)
+			goto out;
+		r = place_tmp(tmp, npfd, nname, dst_upper_entry);
+		if (r < 0) {
+			(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp);
+			goto out;
+		}
+		r = ovl_whiteout_tmp_for(&src, wh);
+		if (r >= 0)
+			r = place_tmp(wh, pfd, name, src.upper_fd >= 0);
+		if (r >= 0)
+			r = adopt_upper_dir(sn, npfd, nname);
+	}
+	if (r < 0)
+		goto out;
+
+	if (dn) {
+		struct stat st;
+		bool alive = dst.upper_fd >= 0 && !S_ISDIR(dst.st.st_mode) &&
+			     fstatat(dst.upper_fd, "", &st, AT_EMPTY_PATH) == 0 && st.st_nlink > 0;
+
+		ovl_node_unhash_name(dn, !alive);
+		replaced = dn;
+	}
+	if (src.upper_fd < 0 || sn->key_ino != src.st.st_ino)
+		ovl_mark_impure(npfd); /* the moved object carries an origin record */
+	(void)ovl_node_set_name(sn, np, nname);
+out:
+	if (sn)
+		ovl_node_forget(sn, 1);
+	if (dn)
+		ovl_node_forget(dn, 1);
+	(void)replaced;
+	ovl_res_done(&src);
+	ovl_res_done(&dst);
+	return r;
+}
+
+void ovl_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent, const char *newname,
+		   unsigned int flags)
+{
+	int r;
+
+	ovl_mutate_begin();
+	pthread_mutex_lock(&ovl_fs->copyup_lock);
+	r = do_rename(ovl_node_from_ino(parent), name, ovl_node_from_ino(newparent), newname, flags);
+	pthread_mutex_unlock(&ovl_fs->copyup_lock);
+	ovl_mutate_end();
+	fuse_reply_err(req, -r);
+}

@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Shared pieces of the FUSE operation files (ops-entry.c, ops-rename.c,
+ * ops-file.c, xattr.c): the handlers each file provides to the operations
+ * table and the small helpers they share.
+ */
+#pragma once
+
+#include "ovl.h"
+
+/* An open file: the fd and whether it points at a lower object (opened before any copy-up). */
+struct ovl_fh {
+	int fd;
+	bool lower;
+};
+
+static inline int ovl_fh_fd(struct fuse_file_info *fi)
+{
+	return ((struct ovl_fh *)(uintptr_t)fi->fh)->fd;
+}
+static inline bool ovl_fh_is_lower(struct fuse_file_info *fi)
+{
+	return ((struct ovl_fh *)(uintptr_t)fi->fh)->lower;
+}
+
+/* State of a create-like request: the parent's upper fd and the new owner. */
+struct ovl_create {
+	int pfd;             /* owned: dup of the parent's upper dir */
+	uid_t uid;           /* on-disk owner, (uid_t)-1 to keep root */
+	gid_t gid;
+	bool over_whiteout;  /* the name holds a whiteout: build in work/ and rename over it */
+};
+
+/*
+ * Checks that @name can be created in @p (not in the view, valid), copies
+ * @p up and fills @c. @req gives the caller's ids (NULL: keep root's).
+ * Returns 0 or -errno; c->pfd must be closed by the caller in any case.
+ */
+int ovl_prepare_create(fuse_req_t req, struct ovl_node *p, const char *name, struct ovl_create *c);
+/* Moves work/@tmp over the whiteout at @name when c->over_whiteout. Returns 0 or -errno. */
+int ovl_finish_create(struct ovl_create *c, const char *name, const char *tmp, bool is_dir);
+/* Creates in the work dir a whiteout carrying the origin record for replacing @res. Returns 0 or -errno. */
+int ovl_whiteout_tmp_for(const struct ovl_res *res, char tmp[static 64]);
+
+/* Resolves @name in @p, gets its node (one lookup added) and its view attributes. Returns 0 or -errno. */
+int ovl_lookup_node(struct ovl_node *p, const char *name, struct ovl_node **ret, struct stat *ret_st);
+/* Fills an entry reply for @n with the mount's timeouts. */
+void ovl_fill_entry(struct fuse_entry_param *e, struct ovl_node *n, const struct stat *st);
+
+void ovl_op_init(void *userdata, struct fuse_conn_info *conn);
+void ovl_op_destroy(void *userdata);
+void ovl_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		   const char *newname, unsigned int flags);
+void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi);
+void ovl_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
+void ovl_op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *bufv, off_t off,
+		      struct fuse_file_info *fi);
+void ovl_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void ovl_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void ovl_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
+void ovl_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void ovl_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
+void ovl_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
+void ovl_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void ovl_op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
+void ovl_op_access(fuse_req_t req, fuse_ino_t ino, int mask);
+void ovl_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+		      struct fuse_file_info *fi);
+void ovl_op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, struct fuse_file_info *fi_in,
+			    fuse_ino_t ino_out, off_t off_out, struct fuse_file_info *fi_out, size_t len,
+			    int flags);
+void ovl_op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi);
+void ovl_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
+		     int flags);
+void ovl_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
+void ovl_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+void ovl_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);

@@ -1,0 +1,388 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Internal interfaces of the draftfs core: mount options, ID mapping, the
+ * inode table, layer resolution, copy-up, merged directories and the FUSE
+ * operations. See docs/fs.md for the design (lock order, caching, on-disk
+ * format) and control.h for the control-plane contract.
+ */
+#pragma once
+
+#define FUSE_USE_VERSION 314
+
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "control.h"
+
+/* ---------------------------------------------------------------- options */
+
+#define OVL_MAX_LOWER 128
+
+struct ovl_idmap_range {
+	uint32_t disk; /* id stored in the layers ("container" id in fuse-overlayfs terms) */
+	uint32_t view; /* id shown through the mount ("host" id) */
+	uint32_t len;
+};
+
+struct ovl_idmap {
+	size_t n;
+	struct ovl_idmap_range *r;
+};
+
+struct ovl_options {
+	char **lowerdirs; /* NULL-terminated, leftmost (top) first */
+	size_t n_lower;
+	char *upperdir;
+	char *workdir;
+	char *statedir;       /* NULL: <workdir>/draftfs */
+	char *mountpoint;
+	char *source;         /* fsname shown in mount tables */
+	struct ovl_idmap uidmap, gidmap;
+	double timeout;       /* entry/attr timeout, seconds */
+	bool foreground;
+	bool debug;
+	bool allow_other;     /* default: true when root */
+	bool default_permissions;
+	bool writeback;
+	bool fsync;           /* honour fsync requests (default true) */
+	bool read_only;
+	unsigned threads;     /* max worker threads */
+	uint64_t quota_bytes, quota_inodes; /* 0 = unlimited */
+	char *fuse_opts;      /* generic mount options passed to libfuse (comma list) */
+};
+
+/*
+ * Parses a draftfs command line (argv[0] is the program name) into @o.
+ * Accepts "SOURCE MOUNTPOINT" (mount helper form) or "MOUNTPOINT", -o lists
+ * (repeatable), -f, -d. Returns 0, or -EINVAL with a one-line message in
+ * @err (size @errlen). @o must be zeroed; free it with ovl_options_free().
+ */
+int ovl_options_parse(int argc, char **argv, struct ovl_options *o, char *err, size_t errlen);
+
+/* Parses one "CONTAINER:HOST:SIZE[:CONTAINER:HOST:SIZE...]" list. Returns 0 or -EINVAL. */
+int ovl_idmap_parse(const char *s, struct ovl_idmap *ret);
+
+/* Maps a view id to the on-disk id. Unmapped ids pass through unchanged. */
+uint32_t ovl_idmap_to_disk(const struct ovl_idmap *m, uint32_t view);
+/* Maps an on-disk id to the view id. Unmapped ids pass through unchanged. */
+uint32_t ovl_idmap_to_view(const struct ovl_idmap *m, uint32_t disk);
+
+/* Frees what ovl_options_parse() allocated. */
+void ovl_options_free(struct ovl_options *o);
+
+/* ------------------------------------------------------------------ nodes */
+
+struct ovl_lower {
+	int fd;         /* O_PATH */
+	uint16_t layer; /* index into the lower list */
+};
+
+/*
+ * One FUSE inode: an object of the merged view.
+ *
+ * Identity (key_dev, key_ino) is the underlying object, or for a copied-up
+ * object the lower object it came from (st_ino stays stable). The node also
+ * remembers one name (parent, name) so copy-up can rebuild the path and the
+ * control plane can find it by path.
+ *
+ * Lock order (outermost first):
+ *   1. fs->quiesce   (rwlock; mutating requests hold it shared)
+ *   2. fs->copyup_lock (mutex; copy-up, rename, changed(), stale refresh:
+ *                       everything that replaces or closes node fds)
+ *   3. node->lock    (rwlock; at most one node at a time, never nested)
+ *   4. fs->table_lock (mutex; hash tables, nlookup, refs, parent/name)
+ * fuse_lowlevel_notify_*() is called with none of them held.
+ */
+struct ovl_node {
+	struct ovl_node *id_next;   /* table_lock */
+	struct ovl_node *name_next; /* table_lock */
+	struct ovl_node *parent;    /* table_lock; holds a ref on the parent */
+	struct ovl_node *all_prev, *all_next; /* table_lock: list of all nodes but the root */
+	char *name;                 /* table_lock */
+	uint64_t nlookup;           /* table_lock */
+	uint32_t refs;              /* table_lock: children whose ->parent is us */
+	bool id_hashed, name_hashed; /* table_lock */
+	mode_t type;                /* S_IFMT, immutable */
+	dev_t key_dev;              /* immutable */
+	ino_t key_ino;              /* immutable; the view's st_ino */
+
+	pthread_rwlock_t lock;
+	/* Below: read under lock (shared); changed with lock exclusive AND copyup_lock held. */
+	int upper_fd;               /* O_PATH of the upper object or -1 */
+	int lower_fd;               /* O_PATH of the top lower object or -1 */
+	uint16_t lower_layer;
+	uint16_t n_extra;           /* dirs: further lower dirs merged below lower_fd */
+	struct ovl_lower *extra;
+	bool opaque;                /* dirs: upper dir is opaque (no lower merged) */
+	atomic_bool stale;          /* fds must be re-resolved before use */
+};
+
+/* The result of resolving one name in a directory across the layers. Owns its fds. */
+struct ovl_res {
+	int upper_fd, lower_fd;
+	uint16_t lower_layer;
+	uint16_t n_extra;
+	struct ovl_lower extra[OVL_MAX_LOWER];
+	bool opaque;
+	bool whiteout_in_upper;  /* upper holds a whiteout for the name */
+	bool lower_exists;       /* some lower holds the name (visible or not under upper) */
+	struct stat st;          /* of the top object */
+	dev_t key_dev;
+	ino_t key_ino;
+};
+
+/* The layers of one directory, as borrowed fds: upper (or -1) and the merged lower dirs. */
+struct ovl_stack {
+	int upper_fd;
+	bool opaque;
+	uint16_t n;
+	struct ovl_lower l[OVL_MAX_LOWER];
+};
+
+struct ovl_fs {
+	struct ovl_options *opt;
+	int upper_fd, work_fd, workwork_fd, state_fd, lock_fd;
+	int lower_fds[OVL_MAX_LOWER];
+	dev_t lower_devs[OVL_MAX_LOWER];
+	dev_t upper_dev;
+	size_t n_lower;
+	struct ovl_node root;
+	struct fuse_session *se;
+	double timeout;
+
+	pthread_mutex_t table_lock;
+	struct ovl_node **id_tab, **name_tab;
+	size_t tab_size, n_nodes;
+	struct ovl_node *all_first;
+
+	pthread_mutex_t copyup_lock;
+	pthread_rwlock_t quiesce;
+	atomic_uint_fast64_t tmp_seq;
+
+	atomic_int_fast64_t used_bytes, used_inodes; /* quota accounting */
+
+	struct ovl_layers layers;
+	struct ovl_live live;
+	struct ovl_control *ctl;
+	char *ctl_sock_path; /* absolute <statedir>/ctl.sock */
+};
+
+extern struct ovl_fs *ovl_fs;
+
+/* Creates the tables. Returns 0 or -ENOMEM. */
+int ovl_table_init(struct ovl_fs *fs);
+/* Frees every node (at unmount). */
+void ovl_table_free(struct ovl_fs *fs);
+
+/* Maps a FUSE inode number to a node (no reference taken: the kernel holds one). */
+static inline struct ovl_node *ovl_node_from_ino(fuse_ino_t ino)
+{
+	return ino == FUSE_ROOT_ID ? &ovl_fs->root : (struct ovl_node *)(uintptr_t)ino;
+}
+static inline fuse_ino_t ovl_node_ino(struct ovl_node *n)
+{
+	return n == &ovl_fs->root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)n;
+}
+
+/*
+ * Finds the node for @res's identity or makes one under @parent/@name, and
+ * adds one lookup. Takes ownership of @res's fds either way. Returns 0 and
+ * *ret, or -ENOMEM.
+ */
+int ovl_node_get(struct ovl_node *parent, const char *name, struct ovl_res *res, struct ovl_node **ret);
+
+/* Adds one lookup to @n (an entry reply that hands @n out again, e.g. link). */
+void ovl_node_ref(struct ovl_node *n);
+/* Drops @count lookups; frees the node when unused. abort()s if the count would go negative. */
+void ovl_node_forget(struct ovl_node *n, uint64_t count);
+
+/* Sets @n's remembered name to @parent/@name (after rename, link). Returns 0 or -ENOMEM. */
+int ovl_node_set_name(struct ovl_node *n, struct ovl_node *parent, const char *name);
+/* Removes @n from the identity and name hashes (after its last link is gone). */
+void ovl_node_unhash(struct ovl_node *n);
+
+/* Removes @n from the name index, and from the identity index if @also_identity. */
+void ovl_node_unhash_name(struct ovl_node *n, bool also_identity);
+
+/* Looks up a child node by name in the name index; no reference taken. Caller holds nothing. */
+struct ovl_node *ovl_node_find_child(struct ovl_node *parent, const char *name);
+
+/*
+ * Calls @fn for every node that has @n as a proper ancestor, with
+ * table_lock held (so @fn must not take locks other than atomic ops).
+ */
+void ovl_node_foreach_descendant(struct ovl_node *n, void (*fn)(struct ovl_node *d, void *ud), void *ud);
+
+/* Replaces @n's layer state with @res (taking its fds), closing the old fds. copyup_lock must be held. */
+void ovl_node_apply(struct ovl_node *n, struct ovl_res *res);
+
+/* Closes @n's fds and marks it stale. copyup_lock must be held. */
+void ovl_node_drop_state(struct ovl_node *n);
+
+/* Marks @n and its cached subtree stale: the layers changed under them; each re-resolves by name at its next use. */
+void ovl_node_invalidate_subtree(struct ovl_node *n);
+
+/* Copies the names of @n's cached children (NULL-terminated vector). Returns 0 or -ENOMEM. */
+int ovl_node_child_names(struct ovl_node *n, char ***ret, size_t *ret_n);
+
+/* Builds the relative path of @n ("" for the root). Returns 0 and a new string in *ret, or -errno. */
+int ovl_node_path(struct ovl_node *n, char **ret);
+
+/* Copies the parent and name of @n under table_lock. Returns 0, -ENOENT (no name) or -ENOMEM. */
+int ovl_node_parent_name(struct ovl_node *n, struct ovl_node **ret_parent, char **ret_name);
+
+/* ------------------------------------------------------------------ layers */
+
+#define OVL_XATTR_OPAQUE "trusted.overlay.opaque"
+#define OVL_XATTR_REDIRECT "trusted.overlay.redirect"
+#define OVL_XATTR_ORIGIN_KERNEL "trusted.overlay.origin"
+#define OVL_XATTR_ORIGIN "trusted.draftbox.origin"
+#define OVL_XATTR_IMPURE "trusted.draftbox.impure"
+#define OVL_XATTR_CONTROL "trusted.draftbox.control"
+
+/* True for a kernel overlayfs whiteout: a char device 0/0 (any mode). */
+static inline bool ovl_is_whiteout(const struct stat *st)
+{
+	return S_ISCHR(st->st_mode) && st->st_rdev == 0;
+}
+
+/* True for xattr names that belong to the overlay and are hidden from the view. */
+bool ovl_xattr_is_private(const char *name);
+
+static inline void ovl_res_init(struct ovl_res *r)
+{
+	r->upper_fd = r->lower_fd = -1;
+	r->n_extra = 0;
+	r->opaque = r->whiteout_in_upper = r->lower_exists = false;
+}
+/* Closes the fds held by @r. */
+void ovl_res_done(struct ovl_res *r);
+
+/*
+ * Resolves @name in directory @dir across the layers, as kernel overlayfs
+ * does (upper hides lower, whiteouts, opaque dirs, redirects). On success
+ * fills @res (owning fds) and returns 0; returns -ENOENT if the name does
+ * not exist in the view (res->whiteout_in_upper / lower_exists still set),
+ * or another -errno. Takes @dir's lock shared.
+ */
+int ovl_resolve_child(struct ovl_node *dir, const char *name, struct ovl_res *res);
+
+/* Fills @s with @n's layers (borrowed: hold @n's lock while using them). */
+void ovl_node_stack(struct ovl_node *n, struct ovl_stack *s);
+/* Fills @s with the layers of the directory described by @r (borrowed from @r). */
+void ovl_res_stack(const struct ovl_res *r, struct ovl_stack *s);
+/* ovl_resolve_child() on an explicit stack. */
+int ovl_resolve_in_stack(const struct ovl_stack *s, const char *name, struct ovl_res *res);
+
+/* Refreshes @n if it is stale (re-resolves it by name in its parent). Returns 0 or -errno (-ESTALE). */
+int ovl_node_ensure(struct ovl_node *n);
+
+/* Fills @st for @n as the view shows it (ids mapped, st_ino stable). Returns 0 or -errno. */
+int ovl_node_getattr(struct ovl_node *n, struct stat *st);
+
+/* Converts an on-disk stat into the view's in place (ids, ino, nlink of merged dirs). */
+void ovl_stat_to_view(struct ovl_node *n, struct stat *st, bool merged_dir);
+
+/* Reads the origin record of @fd (O_PATH of an upper object). Returns 0 and dev/ino, -ENODATA or -errno. */
+int ovl_origin_read(int fd, dev_t *ret_dev, ino_t *ret_ino);
+
+/* Formats the origin record of a lower object (layer index, stat). Returns the length. */
+int ovl_origin_format(char *buf, size_t size, unsigned layer, const struct stat *st);
+
+/* get/set/list/remove xattrs on an O_PATH fd of any type (symlinks included). Return like the syscalls, -errno on failure. */
+ssize_t ovl_fgetxattr(int fd, const char *name, void *value, size_t size);
+int ovl_fsetxattr(int fd, const char *name, const void *value, size_t size, int flags);
+ssize_t ovl_flistxattr(int fd, char *list, size_t size);
+int ovl_fremovexattr(int fd, const char *name);
+/* The same for @name inside directory @dir_fd, not following a symlink at @name. */
+int ovl_setxattr_at(int dir_fd, const char *name, const char *xname, const void *value, size_t size, int flags);
+
+/* ------------------------------------------------------------------ copy-up */
+
+/* Makes sure @n exists in upper (copying it and its parents up). Returns 0 or -errno. */
+int ovl_copy_up(struct ovl_node *n);
+/* Same, but a regular file's data is copied only up to @size bytes (truncate on open/setattr). */
+int ovl_copy_up_size(struct ovl_node *n, off_t size);
+
+/* Marks the upper dir @fd as holding entries with origin records (for d_ino in readdir). Best effort. */
+void ovl_mark_impure(int fd);
+
+/* Returns a dup of @n's upper fd (after copy-up by the caller), or -errno. */
+int ovl_node_upper_dup(struct ovl_node *n);
+
+/*
+ * Creates a whiteout (plus origin record of @lower_st in @layer, if not
+ * NULL) as a temporary in the work dir. Returns 0 and the name in @tmp.
+ */
+int ovl_make_whiteout_tmp(char tmp[static 64], unsigned layer, const struct stat *lower_st);
+
+/* Makes a fresh unique temporary name for the work dir. */
+void ovl_tmp_name(char tmp[static 64]);
+
+/* Removes @name (any type, recursively) from directory @dir_fd, never following symlinks. Returns 0 or -errno. */
+int ovl_core_rm_rf_at(int dir_fd, const char *name);
+
+/*
+ * Copies the merged view of directory node @dir (recursively: data by
+ * reflink/copy_file_range, metadata, xattrs, origin records) into a new
+ * opaque directory in the work dir. Returns 0 and the temporary name in @tmp.
+ */
+int ovl_copy_tree_tmp(struct ovl_node *dir, char tmp[static 64]);
+
+/* Copies the data of @src_fd into @dst_fd (@size bytes): FICLONE, copy_file_range per data segment, read/write. Returns 0 or -errno. */
+int ovl_copy_data(int src_fd, int dst_fd, off_t size);
+
+/* Cleans the work dir of leftovers from an earlier run. Returns 0 or -errno. */
+int ovl_work_clean(int workwork_fd);
+
+/* ------------------------------------------------------------------ dirs */
+
+struct ovl_dirent {
+	char *name;
+	ino_t ino;
+	unsigned char type; /* DT_* */
+};
+
+struct ovl_dir {
+	pthread_mutex_t lock;
+	struct ovl_dirent *ents;
+	size_t n;
+	bool loaded;
+};
+
+/* Lists the merged directory of @s (no "." / ".."). Returns 0 and a new array (free with ovl_dirents_free), or -errno. */
+int ovl_stack_list(const struct ovl_stack *s, struct ovl_dirent **ret, size_t *ret_n);
+void ovl_dirents_free(struct ovl_dirent *e, size_t n);
+/* Returns 1 if the merged directory of @s has no visible entry, 0 if it has, or -errno. */
+int ovl_stack_is_empty(const struct ovl_stack *s);
+
+/* Reads the merged listing of directory node @n into @d (without "." and ".."). Returns 0 or -errno. */
+int ovl_dir_load(struct ovl_node *n, struct ovl_dir *d);
+/* Frees the listing. */
+void ovl_dir_free(struct ovl_dir *d);
+
+/* ------------------------------------------------------------------ ops */
+
+/* The FUSE low-level operations table. */
+extern const struct fuse_lowlevel_ops ovl_ops;
+
+/* Mutating requests hold this for their duration (see struct ovl_live.quiesce). */
+void ovl_mutate_begin(void);
+void ovl_mutate_end(void);
+
+/* Quota accounting hooks; return -ENOSPC when over the limit. */
+int ovl_quota_check(off_t add_bytes, int add_inodes);
+
+/* ------------------------------------------------------------------ daemon */
+
+/* Runs the daemon (validation, mount, background, loop). Returns an exit status. */
+int ovl_daemon_main(int argc, char **argv);
+
+/* The control-plane callbacks (struct ovl_live). */
+void ovl_live_quiesce(void *userdata, bool on);
+void ovl_live_changed(void *userdata, const char *path);

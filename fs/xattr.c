@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * Extended attributes through the mount. Overlay-private names
+ * (trusted.overlay.*, trusted.draftbox.*) are hidden from listxattr and
+ * cannot be read, set or removed (EOPNOTSUPP, as kernel overlayfs does),
+ * except trusted.draftbox.control on the root, which tells root on the host
+ * where the control socket is. Changing an xattr of a lower object copies
+ * it up first.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "macro.h"
+#include "ops.h"
+#include "ovl.h"
+
+#define XATTR_MAX_VALUE (64 * 1024)
+
+static int top_fd_dup(struct ovl_node *n, bool *ret_upper)
+{
+	int fd, r;
+
+	r = ovl_node_ensure(n);
+	if (r < 0)
+		return r;
+	pthread_rwlock_rdlock(&n->lock);
+	fd = n->upper_fd >= 0 ? n->upper_fd : n->lower_fd;
+	if (ret_upper)
+		*ret_upper = n->upper_fd >= 0;
+	r = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 3) : -ESTALE;
+	if (fd >= 0 && r < 0)
+		r = -errno;
+	pthread_rwlock_unlock(&n->lock);
+	return r;
+}
+
+static void reply_value(fuse_req_t req, const void *v, size_t len, size_t size)
+{
+	if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (len > size)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, v, len);
+}
+
+void ovl_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct ovl_node *n = ovl_node_from_ino(ino);
+	_cleanup_close_ int fd = -1;
+	_cleanup_free_ char *buf = NULL;
+	ssize_t len;
+
+	if (ovl_xattr_is_private(name)) {
+		const char *sock = ovl_fs->ctl_sock_path;
+
+		if (n == &ovl_fs->root && strcmp(name, OVL_XATTR_CONTROL) == 0 && sock) {
+			reply_value(req, sock, strlen(sock), size);
+			return;
+		}
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	fd = top_fd_dup(n, NULL);
+	if (fd < 0) {
+		fuse_reply_err(req, -fd);
+		return;
+	}
+	if (size == 0) {
+		len = ovl_fgetxattr(fd, name, NULL, 0);
+		if (len < 0)
+			fuse_reply_err(req, (int)-len);
+		else
+			fuse_reply_xattr(req, (size_t)len);
+		return;
+	}
+	buf = malloc(MIN(size, (size_t)XATTR_MAX_VALUE));
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	len = ovl_fgetxattr(fd, name, buf, MIN(size, (size_t)XATTR_MAX_VALUE));
+	if (len < 0)
+		fuse_reply_err(req, (int)-len);
+	else
+		fuse_reply_buf(req, buf, (size_t)len);
+}
+
+void ovl_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	_cleanup_close_ int fd = -1;
+	_cleanup_free_ char *list = NULL;
+	ssize_t len;
+	size_t out = 0;
+
+	fd = top_fd_dup(ovl_node_from_ino(ino), NULL);
+	if (fd < 0) {
+		fuse_reply_err(req, -fd);
+		return;
+	}
+	for (;;) {
+		len = ovl_flistxattr(fd, NULL, 0);
+		if (len < 0) {
+			fuse_reply_err(req, (int)-len);
+			return;
+		}
+		free(list);
+		list = malloc((size_t)len + 1);
+		if (!list) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		len = ovl_flistxattr(fd, list, (size_t)len);
+		if (len == -ERANGE)
+			continue; /* grew meanwhile */
+		if (len < 0) {
+			fuse_reply_err(req, (int)-len);
+			return;
+		}
+		break;
+	}
+	/* Compact in place, dropping private names. */
+	for (char *p = list; p < list + len;) {
+		size_t l = strlen(p) + 1;
+
+		if (!ovl_xattr_is_private(p)) {
+			memmove(list + out, p, l);
+			out += l;
+		}
+		p += l;
+	}
+	reply_value(req, list, out, size);
+}
+
+void ovl_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size, int flags)
+{
+	struct ovl_node *n = ovl_node_from_ino(ino);
+	_cleanup_close_ int fd = -1;
+	int r;
+
+	if (ovl_xattr_is_private(name)) {
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	if (ovl_fs->opt->read_only) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	ovl_mutate_begin();
+	r = ovl_copy_up(n);
+	if (r >= 0) {
+		fd = ovl_node_upper_dup(n);
+		r = fd < 0 ? fd : ovl_fsetxattr(fd, name, value, size, flags);
+	}
+	ovl_mutate_end();
+	fuse_reply_err(req, -r);
+}
+
+void ovl_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	struct ovl_node *n = ovl_node_from_ino(ino);
+	_cleanup_close_ int fd = -1;
+	bool upper = false;
+	int r;
+
+	if (ovl_xattr_is_private(name)) {
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	if (ovl_fs->opt->read_only) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	fd = top_fd_dup(n, &upper);
+	if (fd < 0) {
+		fuse_reply_err(req, -fd);
+		return;
+	}
+	if (!upper) {
+		/* Nothing to remove: don't copy up (kernel overlayfs does the same). */
+		ssize_t l = ovl_fgetxattr(fd, name, NULL, 0);
+
+		if (l < 0) {
+			fuse_reply_err(req, (int)-l);
+			return;
+		}
+	}
+	fd = safe_close(fd);
+	ovl_mutate_begin();
+	r = ovl_copy_up(n);
+	if (r >= 0) {
+		fd = ovl_node_upper_dup(n);
+		r = fd < 0 ? fd : ovl_fremovexattr(fd, name);
+	}
+	ovl_mutate_end();
+	fuse_reply_err(req, -r);
+}
