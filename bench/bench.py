@@ -166,6 +166,7 @@ def main():
     ap.add_argument("--no-session", action="store_true", help="skip the session-level figures")
     ap.add_argument("--no-memory", action="store_true", help="skip the memory walk")
     ap.add_argument("--profile", action="store_true", help="also perf-record the draftfs daemon (see docs)")
+    ap.add_argument("--profile-impl", default="draftfs", help="which FUSE daemon --profile records")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="make -j for the build")
     ap.add_argument("--timeout", type=int, default=900, help="per-phase timeout in seconds")
     args = ap.parse_args()

@@ -254,10 +254,10 @@ def run_memory(suite, active, unavailable, args, log):
 
 
 def run_profile(suite, active, wls, args, log):
-    """perf samples of the draftfs daemon over read-mostly workloads; returns the report text."""
-    d = _draftfs(active)
-    if d is None:
-        return "draftfs not available"
+    """perf samples of a FUSE daemon (draftfs by default) over read-mostly workloads; returns the report text."""
+    d = next((i for i in active if i.name == args.profile_impl), None)
+    if d is None or not d.fuse:
+        return "%s not available" % args.profile_impl
     if subprocess.run(["perf", "--version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode:
         return "perf not installed (linux-perf)"
     res = {}
@@ -265,23 +265,27 @@ def run_profile(suite, active, wls, args, log):
         if w.name not in ("stat_all", "read_all", "git_status", "create_small", "metadata_mix", "build"):
             continue
         m = suite.mount(d)
-        data = os.path.join(m.scratch, "..", "perf-%s.data" % w.name)
+        data = os.path.join(suite.base, "perf-%s.data" % w.name)
         try:
             _drop()
             perf = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "2000", "-g",
                                      "-p", str(m.pid), "-o", data], stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL)
-            time.sleep(0.5)
+            time.sleep(2)  # perf needs a moment to attach to every thread
             for _, argv in w.phases:
                 subprocess.run(argv, cwd=m.root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             perf.send_signal(signal.SIGINT)
             perf.wait()
         finally:
             suite.umount(m)
-        r = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children", "--sort", "symbol",
-                            "-g", "none", "--percent-limit", "1.5"], stdout=subprocess.PIPE,
+        r = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children", "--sort", "dso,symbol",
+                            "-g", "none", "--percent-limit", "1"], stdout=subprocess.PIPE,
                            stderr=subprocess.DEVNULL, text=True)
-        lines = [x for x in r.stdout.splitlines() if x.strip() and not x.startswith("#")]
-        res[w.name] = lines[:25]
-        log("profile %s:\n  %s" % (w.name, "\n  ".join(lines[:15])))
+        lines = [x.rstrip(" -") for x in r.stdout.splitlines() if x.strip() and not x.startswith("#")]
+        r = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children", "--sort", "dso",
+                            "-g", "none", "--percent-limit", "0.5"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
+        dsos = [x.rstrip(" -") for x in r.stdout.splitlines() if x.strip() and not x.startswith("#")]
+        res[w.name] = {"by_dso": dsos[:8], "top": lines[:25]}
+        log("profile %s:\n  %s\n  %s" % (w.name, "\n  ".join(dsos[:8]), "\n  ".join(lines[:15])))
     return res
