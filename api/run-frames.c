@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * The run stream's wire format, kept apart so unit tests can pin it: each
+ * frame is one bare JSON object followed by a blank line (OpenSandbox's
+ * execd format, not "data:" lines), output is split into lines, and text is
+ * made valid UTF-8 so any JSON parser accepts it.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json-util.h"
+#include "run.h"
+
+/* Copies @s (@len bytes) with each invalid UTF-8 sequence and NUL replaced by U+FFFD. */
+static char *utf8_sanitize(const char *s, size_t len)
+{
+	char *out = malloc(len * 3 + 1), *w = out;
+	size_t i = 0;
+
+	if (!out)
+		return NULL;
+	while (i < len) {
+		unsigned char c = (unsigned char)s[i];
+		size_t need = 0;
+		uint32_t cp = 0, min = 0;
+
+		if (c >= 0x01 && c < 0x80) {
+			*w++ = (char)c;
+			i++;
+			continue;
+		}
+		if (c >= 0xc2 && c <= 0xdf)
+			need = 1, cp = c & 0x1f, min = 0x80;
+		else if (c >= 0xe0 && c <= 0xef)
+			need = 2, cp = c & 0x0f, min = 0x800;
+		else if (c >= 0xf0 && c <= 0xf4)
+			need = 3, cp = c & 0x07, min = 0x10000;
+		if (need && i + need < len) {
+			size_t k;
+
+			for (k = 1; k <= need; k++) {
+				unsigned char cc = (unsigned char)s[i + k];
+
+				if ((cc & 0xc0) != 0x80)
+					break;
+				cp = (cp << 6) | (cc & 0x3f);
+			}
+			if (k > need && cp >= min && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff)) {
+				memcpy(w, s + i, need + 1);
+				w += need + 1;
+				i += need + 1;
+				continue;
+			}
+		}
+		/* U+FFFD */
+		*w++ = (char)0xef;
+		*w++ = (char)0xbf;
+		*w++ = (char)0xbd;
+		i++;
+	}
+	*w = '\0';
+	return out;
+}
+
+static int append_object(char **buf, size_t *len, cJSON *o)
+{
+	_cleanup_cjson_str_ char *s = cJSON_PrintUnformatted(o);
+	size_t n;
+	char *nb;
+
+	if (!s)
+		return -ENOMEM;
+	n = strlen(s);
+	nb = realloc(*buf, *len + n + 3);
+	if (!nb)
+		return -ENOMEM;
+	memcpy(nb + *len, s, n);
+	memcpy(nb + *len + n, "\n\n", 3);
+	*buf = nb;
+	*len += n + 2;
+	return 0;
+}
+
+int api_frame_output(char **buf, size_t *len, bool is_stderr, const char *text, size_t text_len, uint64_t ts)
+{
+	_cleanup_json_ cJSON *o = cJSON_CreateObject();
+	_cleanup_free_ char *clean = utf8_sanitize(text, text_len);
+
+	if (!o || !clean)
+		return -ENOMEM;
+	if (!cJSON_AddStringToObject(o, "type", is_stderr ? "stderr" : "stdout") ||
+	    !cJSON_AddStringToObject(o, "text", clean) || !cJSON_AddNumberToObject(o, "timestamp", (double)ts))
+		return -ENOMEM;
+	return append_object(buf, len, o);
+}
+
+int api_frame_final(char **buf, size_t *len, int exit_code, bool timed_out, bool cancelled, const char *error,
+		    uint64_t ts, uint64_t elapsed_ms)
+{
+	_cleanup_json_ cJSON *o = cJSON_CreateObject();
+	char text[256], value[32];
+	cJSON *e;
+
+	if (!o)
+		return -ENOMEM;
+	if (exit_code == 0 && !timed_out && !cancelled && !error) {
+		if (!cJSON_AddStringToObject(o, "type", "execution_complete") ||
+		    !cJSON_AddNumberToObject(o, "timestamp", (double)ts) ||
+		    !cJSON_AddNumberToObject(o, "execution_time", (double)elapsed_ms) ||
+		    !cJSON_AddNumberToObject(o, "exit_code", 0))
+			return -ENOMEM;
+		return append_object(buf, len, o);
+	}
+	if (error)
+		snprintf(text, sizeof(text), "%s", error);
+	else if (timed_out)
+		snprintf(text, sizeof(text), "command timed out (exit code %d)", exit_code);
+	else if (cancelled)
+		snprintf(text, sizeof(text), "command cancelled (exit code %d)", exit_code);
+	else
+		snprintf(text, sizeof(text), "command exited with code %d", exit_code);
+	snprintf(value, sizeof(value), "%d", exit_code);
+	if (!cJSON_AddStringToObject(o, "type", "error") || !cJSON_AddStringToObject(o, "text", text) ||
+	    !cJSON_AddNumberToObject(o, "timestamp", (double)ts))
+		return -ENOMEM;
+	e = cJSON_AddObjectToObject(o, "error");
+	if (!e || !cJSON_AddStringToObject(e, "ename", timed_out ? "TimeoutError" : error ? "RuntimeError" : "ExitError") ||
+	    !cJSON_AddStringToObject(e, "evalue", value) || !cJSON_AddArrayToObject(e, "traceback"))
+		return -ENOMEM;
+	if (!cJSON_AddNumberToObject(o, "exit_code", exit_code) ||
+	    !cJSON_AddNumberToObject(o, "execution_time", (double)elapsed_ms))
+		return -ENOMEM;
+	return append_object(buf, len, o);
+}
+
+int api_lines_feed(char **line, size_t *line_len, const char *data, size_t size, bool flush, size_t max,
+		   int (*emit)(void *userdata, const char *text, size_t len), void *userdata)
+{
+	size_t i = 0;
+	int r;
+
+	while (i < size) {
+		const char *nl = memchr(data + i, '\n', size - i);
+		size_t chunk = nl ? (size_t)(nl - (data + i)) : size - i;
+		char *nb;
+
+		/* keep the pending line under @max: emit it in pieces */
+		while (*line_len + chunk >= max) {
+			size_t take = max - *line_len;
+
+			nb = realloc(*line, *line_len + take + 1);
+			if (!nb)
+				return -ENOMEM;
+			*line = nb;
+			memcpy(*line + *line_len, data + i, take);
+			*line_len += take;
+			r = emit(userdata, *line, *line_len);
+			*line_len = 0;
+			if (r < 0)
+				return r;
+			i += take;
+			chunk -= take;
+		}
+		nb = realloc(*line, *line_len + chunk + 1);
+		if (!nb)
+			return -ENOMEM;
+		*line = nb;
+		memcpy(*line + *line_len, data + i, chunk);
+		*line_len += chunk;
+		i += chunk;
+		if (nl) {
+			i++; /* the '\n' */
+			if (*line_len > 0 && (*line)[*line_len - 1] == '\r')
+				(*line_len)--;
+			r = emit(userdata, *line, *line_len);
+			*line_len = 0;
+			if (r < 0)
+				return r;
+		}
+	}
+	if (flush && *line_len > 0) {
+		r = emit(userdata, *line, *line_len);
+		*line_len = 0;
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
