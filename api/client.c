@@ -218,7 +218,7 @@ static int cmd_session_create(struct client *c, int argc, char **argv)
 	if (!req)
 		return -ENOMEM;
 	client_reset_getopt();
-	while ((o = client_getopt(argc, argv, "+w:m:p:ni:u:e:W:", opts, NULL)) >= 0) {
+	while ((o = client_getopt(argc, argv, "w:m:p:ni:u:e:W:", opts, NULL)) >= 0) {
 		switch (o) {
 		case 'w':
 			workspace = optarg;
@@ -478,9 +478,11 @@ int client_run_event(const char *data, size_t len, int out_fd, int err_fd, int *
 	if (json_get_string(ev, "type", &type) < 0)
 		return 0;
 	if (strcmp(type, "stdout") == 0 || strcmp(type, "stderr") == 0) {
-		if (json_get_string(ev, "text", &text) < 0)
+		int fd = strcmp(type, "stdout") == 0 ? out_fd : err_fd;
+
+		if (fd < 0 || json_get_string(ev, "text", &text) < 0)
 			return 0;
-		r = write_full(strcmp(type, "stdout") == 0 ? out_fd : err_fd, text, strlen(text));
+		r = write_full(fd, text, strlen(text));
 		return r == -EPIPE ? 0 : r;
 	}
 	if (strcmp(type, "error") == 0) {
@@ -543,32 +545,21 @@ static int run_sse_cb(const char *event, const char *data, size_t len, void *use
 			r = write_full(STDOUT_FILENO, "\n", 1);
 		if (r < 0)
 			return r;
-		return client_run_event(data, len, -1, STDERR_FILENO, &st->exit_status, &st->finished) < 0 ? -EIO : 0;
+		return client_run_event(data, len, -1, -1, &st->exit_status, &st->finished);
 	}
 	return client_run_event(data, len, STDOUT_FILENO, STDERR_FILENO, &st->exit_status, &st->finished);
 }
 
-static int cmd_run(struct client *c, int argc, char **argv, int *ret_status)
+/* Parses run options until the first non-option (getopt "+" mode). Returns 0 or -EINVAL/-ENOMEM. */
+static int parse_run_opts(struct client *c, int argc, char **argv, cJSON *req, cJSON **envs)
 {
 	static const struct option opts[] = {
 		{ "env", required_argument, NULL, 'e' },
 		{ "timeout", required_argument, NULL, 't' },
 		{}
 	};
-	_cleanup_json_ cJSON *req = cJSON_CreateObject();
-	_cleanup_free_ char *target = NULL, *code = NULL, *body = NULL;
-	struct run_state st = { .exit_status = CLIENT_EXIT_RUN_LOST, .json = c->json };
-	struct sse_parser p = { .cb = run_sse_cb, .userdata = &st };
-	struct http_response resp = { .fd = -1 };
-	struct http_body_part part;
-	cJSON *envs = NULL;
-	const char *id;
-	char buf[16384];
-	int o, r;
+	int o;
 
-	if (!req)
-		return -ENOMEM;
-	client_reset_getopt();
 	while ((o = client_getopt(argc, argv, "+e:t:", opts, NULL)) >= 0) {
 		switch (o) {
 		case 'e': {
@@ -579,13 +570,14 @@ static int cmd_run(struct client *c, int argc, char **argv, int *ret_status)
 				client_error(c, "--env wants NAME=VALUE, got '%s'", optarg);
 				return -EINVAL;
 			}
-			if (!envs)
-				envs = cJSON_AddObjectToObject(req, "envs");
+			if (!*envs)
+				*envs = cJSON_AddObjectToObject(req, "envs");
 			k = strndup(optarg, (size_t)(eq - optarg));
-			if (!k)
+			if (!k || !*envs)
 				return -ENOMEM;
-			cJSON_DeleteItemFromObjectCaseSensitive(envs, k);
-			cJSON_AddStringToObject(envs, k, eq + 1);
+			cJSON_DeleteItemFromObjectCaseSensitive(*envs, k);
+			if (!cJSON_AddStringToObject(*envs, k, eq + 1))
+				return -ENOMEM;
 			break;
 		}
 		case 't': {
@@ -598,19 +590,56 @@ static int cmd_run(struct client *c, int argc, char **argv, int *ret_status)
 				client_error(c, "invalid timeout '%s'", optarg);
 				return -EINVAL;
 			}
-			cJSON_AddNumberToObject(req, "timeout_seconds", (double)v);
+			cJSON_DeleteItemFromObjectCaseSensitive(req, "timeout_seconds");
+			if (!cJSON_AddNumberToObject(req, "timeout_seconds", (double)v))
+				return -ENOMEM;
 			break;
 		}
 		default:
 			return -EINVAL;
 		}
 	}
-	if (argc - optind < 2) {
+	return 0;
+}
+
+static int cmd_run(struct client *c, int argc, char **argv, int *ret_status)
+{
+	_cleanup_json_ cJSON *req = cJSON_CreateObject();
+	_cleanup_free_ char *target = NULL, *code = NULL, *body = NULL;
+	struct run_state st = { .exit_status = CLIENT_EXIT_RUN_LOST, .json = c->json };
+	struct sse_parser p = { .cb = run_sse_cb, .userdata = &st };
+	struct http_response resp = { .fd = -1 };
+	struct http_body_part part;
+	cJSON *envs = NULL;
+	const char *id = NULL;
+	char buf[16384];
+	int r;
+
+	if (!req)
+		return -ENOMEM;
+	/*
+	 * Options may come before or after the ID, and everything after the ID
+	 * and the options is the command: "run [OPTS] ID [OPTS] [--] CMD" is
+	 * parsed in two rounds that each stop at the first non-option.
+	 */
+	client_reset_getopt();
+	r = parse_run_opts(c, argc, argv, req, &envs);
+	if (r < 0)
+		return r;
+	if (optind < argc) {
+		id = argv[optind];
+		argc -= optind;
+		argv += optind;
+		client_reset_getopt();
+		r = parse_run_opts(c, argc, argv, req, &envs);
+		if (r < 0)
+			return r;
+	}
+	if (!id || optind > argc) {
 		client_error(c, "usage: draftbox run ID [--env K=V] [--timeout S] -- COMMAND [ARG...]");
 		return -EINVAL;
 	}
-	id = argv[optind++];
-	if (strcmp(argv[optind], "--") == 0)
+	if (optind < argc && strcmp(argv[optind], "--") == 0)
 		optind++;
 	if (optind >= argc) {
 		client_error(c, "no command given");
@@ -750,7 +779,7 @@ static int cmd_diff(struct client *c, int argc, char **argv)
 	int o, r;
 
 	client_reset_getopt();
-	while ((o = client_getopt(argc, argv, "+pto:", opts, NULL)) >= 0) {
+	while ((o = client_getopt(argc, argv, "pto:", opts, NULL)) >= 0) {
 		switch (o) {
 		case 'p':
 			format = "patch";
@@ -849,7 +878,7 @@ static int cmd_commit_or_discard(struct client *c, int argc, char **argv, bool c
 	if (!req)
 		return -ENOMEM;
 	client_reset_getopt();
-	while ((o = client_getopt(argc, argv, commit ? "+f" : "+", opts, NULL)) >= 0) {
+	while ((o = client_getopt(argc, argv, commit ? "f" : "", opts, NULL)) >= 0) {
 		switch (o) {
 		case 'f':
 			if (!commit)
