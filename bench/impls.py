@@ -11,6 +11,7 @@ draftfs      our FUSE overlay (fs/draftfs from the build dir)
 FUSE daemons run in the foreground as our children, so their pid (for CPU
 time and RSS) is known and they never outlive the suite.
 """
+import json
 import os
 import shutil
 import subprocess
@@ -211,11 +212,12 @@ class Draftfs(FuseImpl):
             return "no /dev/fuse"
         try:
             with open(os.path.join(self.build_dir, "meson-info", "intro-buildoptions.json")) as f:
-                txt = f.read()
-            if '"b_sanitize"' in txt and '"address' in txt.split('"b_sanitize"', 1)[1][:400]:
-                return "build dir %s is a sanitizer build; use a default (debugoptimized) one" % self.build_dir
-        except OSError:
-            pass
+                opts = {o["name"]: o["value"] for o in json.load(f)}
+        except (OSError, ValueError, KeyError):
+            opts = {}
+        if opts.get("b_sanitize", "none") != "none":
+            return "build dir %s is a sanitizer build; use a default (debugoptimized) one" % self.build_dir
+        self.buildtype = opts.get("buildtype", "?")
         return None
 
     def argv(self, lower, upper, work, mnt):

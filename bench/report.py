@@ -104,7 +104,7 @@ def summarize(res):
         target("<= 300 bytes per cached inode", float(mem["bytes_per_inode"]),
                mem["bytes_per_inode"] <= 300, fmt="%.0f B")
         target("no RSS growth across repeated walks", float(mem["growth_kib"]),
-               mem["growth_kib"] <= max(1024, 0.05 * mem["delta_kib"]), fmt="%+.0f KiB")
+               mem["growth_kib"] <= max(256, 0.05 * mem["delta_kib"]), fmt="%+.0f KiB")
     else:
         target("<= 300 bytes per cached inode", None, None)
         target("no RSS growth across repeated walks", None, None)

@@ -99,7 +99,8 @@ def _launcher(suite, args, log):
     ws = suite.scratch()
     runs = 5 if args.quick else 20
     variants = {"ro": [exe, "--workspace", ws, "--mode", "ro", "--", "true"],
-                "overlay": [exe, "--workspace", ws, "--", "true"]}
+                "overlay": [exe, "--workspace", ws, "--draftfs", os.path.join(args.build_dir, "fs", "draftfs"),
+                            "--", "true"]}
     res = {"bwrap": [], "ro": [], "overlay": []}
     bad = {}
     for k in range(runs):
@@ -262,7 +263,8 @@ def run_profile(suite, active, wls, args, log):
         return "perf not installed (linux-perf)"
     res = {}
     for w in wls:
-        if w.name not in ("stat_all", "read_all", "git_status", "create_small", "metadata_mix", "build"):
+        if w.name not in ("stat_all", "read_all", "git_status", "create_small", "copy_up_big", "metadata_mix",
+                          "build"):
             continue
         m = suite.mount(d)
         data = os.path.join(suite.base, "perf-%s.data" % w.name)
