@@ -67,6 +67,13 @@ struct commit {
 	/* cache of the last target directory reached */
 	char *dir_path;
 	int dir_fd;
+	/*
+	 * Directories that replace a non-directory in the target are staged
+	 * under a temp name (from[i] is staged at to[i]) until the apply phase
+	 * swaps them in; what goes below them is staged inside.
+	 */
+	char **remap_from, **remap_to;
+	size_t n_remap;
 	cJSON *kept;
 	cJSON *committed;
 };
@@ -261,12 +268,53 @@ static void cache_drop(struct commit *cm)
 	cm->dir_fd = safe_close(cm->dir_fd);
 }
 
-static int target_dir(struct commit *cm, const char *dir, bool create)
+static int remap_add(struct commit *cm, const char *from, const char *to)
 {
-	_cleanup_free_ char *copy = NULL, *sofar = NULL;
+	char **f = realloc(cm->remap_from, (cm->n_remap + 1) * sizeof(char *));
+	char **t;
+
+	if (!f)
+		return -ENOMEM;
+	cm->remap_from = f;
+	t = realloc(cm->remap_to, (cm->n_remap + 1) * sizeof(char *));
+	if (!t)
+		return -ENOMEM;
+	cm->remap_to = t;
+	f[cm->n_remap] = strdup(from);
+	t[cm->n_remap] = strdup(to);
+	if (!f[cm->n_remap] || !t[cm->n_remap]) {
+		free(f[cm->n_remap]);
+		free(t[cm->n_remap]);
+		return -ENOMEM;
+	}
+	cm->n_remap++;
+	return 0;
+}
+
+static void remap_done(struct commit *cm)
+{
+	for (size_t i = 0; i < cm->n_remap; i++) {
+		free(cm->remap_from[i]);
+		free(cm->remap_to[i]);
+	}
+	free(cm->remap_from);
+	free(cm->remap_to);
+}
+
+static int target_dir(struct commit *cm, const char *dir_in, bool create)
+{
+	_cleanup_free_ char *copy = NULL, *sofar = NULL, *mapped = NULL;
 	_cleanup_close_ int cur = -1;
+	const char *dir = dir_in;
 	char *p, *slash;
 
+	for (size_t i = 0; i < cm->n_remap; i++)
+		if (cm->remap_from[i] && ovl_path_has_prefix(dir_in, cm->remap_from[i])) {
+			if (asprintf(&mapped, "%s%s", cm->remap_to[i], dir_in + strlen(cm->remap_from[i])) < 0)
+				return -ENOMEM;
+			dir = mapped;
+			break;
+		}
 	if (cm->dir_path && strcmp(cm->dir_path, dir) == 0)
 		return cm->dir_fd;
 	copy = strdup(dir);
@@ -408,11 +456,36 @@ static int stage_entry(struct commit *cm, const struct ovl_change *e)
 	if (e->new_type == OVL_FT_DIR) {
 		_cleanup_close_ int fd = -1;
 
-		if (has_existing && !S_ISDIR(existing.st_mode))
-			return 0; /* type change file -> dir: done in the apply phase */
-		if (!has_existing && mkdirat(dfd, name, 0700) < 0 && errno != EEXIST)
-			return -errno;
-		fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		const char *at = name;
+
+		tmp_name(tmp, e->path);
+		if (has_existing && !S_ISDIR(existing.st_mode)) {
+			/* replaces a non-dir: staged under a temp name, swapped in by apply_entry() */
+			_cleanup_free_ char *to = NULL;
+
+			r = ovl_rm_rf_at(dfd, tmp, 0);
+			if (r < 0)
+				return r;
+			if (mkdirat(dfd, tmp, 0700) < 0)
+				return -errno;
+			if (asprintf(&to, "%s%s%s", dir, *dir ? "/" : "", tmp) < 0)
+				return -ENOMEM;
+			r = remap_add(cm, e->path, to);
+			if (r < 0)
+				return r;
+			at = tmp;
+		} else if (!has_existing) {
+			struct stat tst;
+
+			/* an apply interrupted between unlink and rename left the staged dir: finish it */
+			if (fstatat(dfd, tmp, &tst, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(tst.st_mode)) {
+				if (renameat(dfd, tmp, dfd, name) < 0)
+					return -errno;
+			} else if (mkdirat(dfd, name, 0700) < 0 && errno != EEXIST) {
+				return -errno;
+			}
+		}
+		fd = openat(dfd, at, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0)
 			return errno == ELOOP ? -ENOTDIR : -errno;
 		if (fchown(fd, uid, gid) < 0 || fchmod(fd, e->new.mode & 07777) < 0)
@@ -498,12 +571,25 @@ static int apply_entry(struct commit *cm, const struct ovl_change *e)
 		return 0;
 	}
 	if (e->new_type == OVL_FT_DIR) {
-		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode)) {
-			/* file -> dir: the old entry goes, the directory comes */
-			if (unlinkat(dfd, name, 0) < 0)
+		tmp_name(tmp, e->path);
+		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode) &&
+		    fstatat(dfd, tmp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+			/* non-dir -> dir: the old entry goes, the staged directory comes */
+			dfd = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
+			if (dfd < 0)
 				return -errno;
 			cache_drop(cm);
-			return stage_entry(cm, e);
+			r = unlinkat(dfd, name, 0) < 0 ? -errno : 0;
+			ovl_fault_point("unlink-for-dir");
+			if (r >= 0 && renameat(dfd, tmp, dfd, name) < 0)
+				r = -errno;
+			safe_close(dfd);
+			if (r < 0)
+				return r;
+			for (size_t i = 0; i < cm->n_remap; i++)
+				if (cm->remap_from[i] && strcmp(cm->remap_from[i], e->path) == 0)
+					cm->remap_from[i] = (free(cm->remap_from[i]), NULL);
+			ovl_fault_point("rename-dir");
 		}
 		return 0;
 	}
@@ -631,16 +717,22 @@ static int prune_dir(struct commit *cm, const char *dirpath, int ufd, bool prote
 			if (cfd < 0)
 				return -errno;
 			opq = ovl_dir_is_opaque(cfd);
+			if (opq && m == OVL_SEL_INSIDE && !protected) {
+				/*
+				 * First: the target dir now holds exactly what upper
+				 * shows, so the flag can go without changing the view,
+				 * and a crash while pruning below leaves the view intact.
+				 */
+				r = deopacify(cm, cfd, path);
+				if (r < 0)
+					return r;
+				ovl_fault_point("deopacify");
+			}
 			r = prune_dir(cm, path, cfd, protected || (opq && m != OVL_SEL_INSIDE));
 			if (r < 0)
 				return r;
 			if (m != OVL_SEL_INSIDE || protected)
 				continue;
-			if (opq) {
-				r = deopacify(cm, cfd, path);
-				if (r < 0)
-					return r;
-			}
 			if (unlinkat(ufd, de->d_name, AT_REMOVEDIR) < 0 && errno != ENOTEMPTY && errno != EEXIST)
 				return -errno;
 			ovl_fault_point("prune-dir");
@@ -710,9 +802,11 @@ static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 		r = -errno;
 		goto fail_noentry;
 	}
-	r = prune_dir(cm, "", uroot, false);
-	if (r >= 0 && cm->sel->n == 0 && ovl_dir_is_opaque(uroot))
+	r = 0;
+	if (cm->sel->n == 0 && ovl_dir_is_opaque(uroot))
 		r = deopacify(cm, uroot, "");
+	if (r >= 0)
+		r = prune_dir(cm, "", uroot, false);
 	if (r < 0)
 		goto fail_noentry;
 	r = ovl_syncfs_fd(l->upper_fd);
@@ -736,8 +830,16 @@ fail_staging:
 			char tmp[64];
 			int dfd;
 
-			if (e->new_type == OVL_FT_NONE || e->new_type == OVL_FT_DIR)
+			if (e->new_type == OVL_FT_NONE)
 				continue;
+			if (e->new_type == OVL_FT_DIR) {
+				bool staged = false;
+
+				for (size_t k = 0; k < cm->n_remap; k++)
+					staged = staged || (cm->remap_from[k] && strcmp(cm->remap_from[k], e->path) == 0);
+				if (!staged)
+					continue;
+			}
 			split_path(e->path, &dir, &name);
 			if (!dir)
 				continue;
@@ -745,7 +847,7 @@ fail_staging:
 			if (dfd < 0)
 				continue;
 			tmp_name(tmp, e->path);
-			(void)unlinkat(dfd, tmp, 0);
+			(void)ovl_rm_rf_at(dfd, tmp, 0);
 		}
 		if (!recovering)
 			(void)ovl_journal_remove(l->state_fd);
@@ -834,6 +936,7 @@ out:
 	if (live)
 		live->quiesce(live->userdata, false);
 	kept = cm.kept;
+	remap_done(&cm);
 	free(cm.dir_path);
 	safe_close(cm.dir_fd);
 	if (r < 0)

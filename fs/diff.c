@@ -370,10 +370,12 @@ static int lstack_names(const struct ovl_lstack *ls, char ***ret, size_t *ret_n)
 		if (!out)
 			r = -ENOMEM;
 	}
+	/* the first entry of each name (the highest layer) wins; a whiteout hides the name */
+	for (size_t i = n; i-- > 0;)
+		if (i > 0 && strcmp(v[i].name, v[i - 1].name) == 0)
+			v[i].whiteout = true; /* shadowed by a higher layer: drop */
 	for (size_t i = 0; i < n; i++) {
-		bool first = i == 0 || strcmp(v[i].name, v[i - 1].name) != 0;
-
-		if (r >= 0 && first && !v[i].whiteout)
+		if (r >= 0 && !v[i].whiteout)
 			out[out_n++] = TAKE_PTR(v[i].name);
 		free(v[i].name);
 	}

@@ -1,0 +1,288 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""draftfs commit and discard, offline on kernel-written uppers: the result,
+selections, base layers, conflicts, refusals, ownership, hard links, bad
+input, and a symlink-swap race on the workspace."""
+import json
+import os
+import shutil
+import stat
+import threading
+
+from ctlutil import Session, session, session2, snapshot  # noqa: F401
+from test_ctl_diff import edit, populate
+
+
+def test_commit_all_keeps_view(session):
+    populate(session.lower)
+    session.change(edit)
+    before = session.view()
+    out = json.loads(session.run("commit").stdout)
+    assert "README" in out["committed"] and out["kept"] == []
+    assert snapshot(session.lower) == before
+    assert session.view() == before
+    assert os.listdir(session.upper) == []
+    assert session.changes() == {}
+    # no temp files left behind in the workspace
+    assert not [p for p in snapshot(session.lower) if ".#draftfs." in p]
+
+
+def test_commit_selected(session):
+    populate(session.lower)
+    session.change(edit)
+    before = session.view()
+    lower_before = snapshot(session.lower)
+    json.loads(session.run("commit", "src", "gone").stdout)
+    after_lower = snapshot(session.lower)
+    assert after_lower["src/new.c"][2] == b"new\n"
+    assert "gone" not in after_lower and "gone/a" not in after_lower
+    # what was not selected is untouched in the workspace and still a change
+    assert after_lower["README"] == lower_before["README"]
+    left = session.changes()
+    assert "README" in left and "src/new.c" not in left and "gone" not in left
+    assert session.view() == before
+    assert not os.path.exists(os.path.join(session.upper, "src", "new.c"))
+    assert not os.path.lexists(os.path.join(session.upper, "gone"))
+
+
+def test_commit_inside_opaque_dir_alone(session):
+    populate(session.lower)
+    session.change(edit)
+    before = session.view()
+    session.run("commit", "opq/fresh")
+    assert session.view() == before
+    assert open(os.path.join(session.lower, "opq/fresh")).read() == "fresh\n"
+    left = session.changes()
+    assert "opq/fresh" not in left and "opq/old1" in left
+
+
+def test_base_layer_rules(session2):
+    s = session2
+    os.makedirs(os.path.join(s.lowers[1], "d"))
+    with open(os.path.join(s.lowers[1], "d/base-only"), "w") as f:
+        f.write("base\n")
+    with open(os.path.join(s.lowers[1], "base-del"), "w") as f:
+        f.write("base\n")
+    with open(os.path.join(s.lowers[1], "both"), "w") as f:
+        f.write("base\n")
+    with open(os.path.join(s.lowers[0], "both"), "w") as f:
+        f.write("top\n")
+
+    def ed(m):
+        with open(os.path.join(m, "d/base-only"), "a") as f:
+            f.write("edited\n")
+        os.unlink(os.path.join(m, "base-del"))
+        os.unlink(os.path.join(m, "both"))
+    s.change(ed)
+    before = s.view()
+    out = json.loads(s.run("commit").stdout)
+    # a file only in a base layer is committed into the target (with its parents)
+    assert open(os.path.join(s.lowers[0], "d/base-only")).read() == "base\nedited\n"
+    # the base layers are never written
+    assert open(os.path.join(s.lowers[1], "d/base-only")).read() == "base\n"
+    # deleting a name a base layer still has: the whiteout stays, reported as kept
+    kept = {k["path"] for k in out["kept"]}
+    assert kept == {"base-del", "both"}
+    assert not os.path.exists(os.path.join(s.lowers[0], "both"))
+    assert os.path.exists(os.path.join(s.lowers[1], "both"))
+    st = os.lstat(os.path.join(s.upper, "both"))
+    assert stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
+    assert s.view() == before
+
+
+def test_conflicts(session):
+    populate(session.lower)
+
+    def ed(m):
+        with open(os.path.join(m, "README"), "a") as f:
+            f.write("session\n")
+        with open(os.path.join(m, "script.sh"), "a") as f:
+            f.write("session\n")
+        os.unlink(os.path.join(m, "src/main.c"))
+        shutil.rmtree(os.path.join(m, "gone"))
+    session.change(ed)
+    session.set_origins()
+    # the host edits the workspace behind the session's back
+    with open(os.path.join(session.lower, "README"), "a") as f:
+        f.write("host\n")
+    with open(os.path.join(session.lower, "src/main.c"), "a") as f:
+        f.write("host\n")
+    with open(os.path.join(session.lower, "gone/deep/b"), "a") as f:
+        f.write("host\n")
+    lower_before = snapshot(session.lower)
+    upper_before = snapshot(session.upper)
+    p = session.run("commit", check=False)
+    assert p.returncode == 3, p.stderr
+    assert "conflict" in p.stderr or "changed" in p.stderr
+    for path in ("README", "src/main.c", "gone/deep/b"):
+        assert path in p.stderr
+    assert "script.sh" not in p.stderr
+    # a refused commit changes nothing
+    assert snapshot(session.lower) == lower_before
+    assert snapshot(session.upper) == upper_before
+    # committing only the clean path works
+    session.run("commit", "script.sh")
+    assert open(os.path.join(session.lower, "script.sh")).read().endswith("session\n")
+    # force overrides
+    session.run("commit", "--force")
+    assert open(os.path.join(session.lower, "README")).read() == "hello\nsession\n"
+    assert not os.path.exists(os.path.join(session.lower, "src/main.c"))
+    assert not os.path.exists(os.path.join(session.lower, "gone"))
+
+
+def test_refusals(session):
+    os.makedirs(os.path.join(session.lower, "d"))
+
+    def ed(m):
+        with open(os.path.join(m, "suid"), "w") as f:
+            f.write("x")
+        os.chmod(os.path.join(m, "suid"), 0o4755)
+        os.mkfifo(os.path.join(m, "fifo"))
+        with open(os.path.join(m, "d/tx"), "w") as f:
+            f.write("x")
+        os.setxattr(os.path.join(m, "d/tx"), "trusted.evil", b"1")
+        with open(os.path.join(m, "ok"), "w") as f:
+            f.write("fine")
+    session.change(ed)
+    p = session.run("commit", check=False)
+    assert p.returncode == 3
+    for path in ("suid", "fifo", "d/tx"):
+        assert path in p.stderr
+    assert os.listdir(session.lower) == ["d"] and os.listdir(os.path.join(session.lower, "d")) == []
+    session.run("commit", "ok")
+    assert open(os.path.join(session.lower, "ok")).read() == "fine"
+    session.run("commit", "--allow", "setid,special,xattrs")
+    st = os.lstat(os.path.join(session.lower, "suid"))
+    assert st.st_mode & 0o7777 == 0o4755
+    assert stat.S_ISFIFO(os.lstat(os.path.join(session.lower, "fifo")).st_mode)
+    assert os.getxattr(os.path.join(session.lower, "d/tx"), "trusted.evil") == b"1"
+
+
+def test_owner_and_hardlinks(session):
+    with open(os.path.join(session.lower, "linked"), "w") as f:
+        f.write("old\n")
+    os.link(os.path.join(session.lower, "linked"), os.path.join(session.lower, "other-link"))
+    os.chown(session.lower, 1234, 2345)
+    os.chown(os.path.join(session.lower, "linked"), 3456, 4567)
+
+    def ed(m):
+        with open(os.path.join(m, "linked"), "w") as f:
+            f.write("new\n")
+        with open(os.path.join(m, "fresh"), "w") as f:
+            f.write("fresh\n")
+        os.chown(os.path.join(m, "fresh"), 999, 999)
+        with open(os.path.join(m, "mine"), "w") as f:
+            f.write("mine\n")
+        os.chown(os.path.join(m, "mine"), 777, 778)
+    session.change(ed)
+    session.run("commit", "linked", "fresh")
+    # atomic replace: the other hard link keeps the old content
+    assert open(os.path.join(session.lower, "other-link")).read() == "old\n"
+    assert open(os.path.join(session.lower, "linked")).read() == "new\n"
+    st = os.lstat(os.path.join(session.lower, "linked"))
+    assert (st.st_uid, st.st_gid) == (3456, 4567)  # owner of the replaced file
+    st = os.lstat(os.path.join(session.lower, "fresh"))
+    assert (st.st_uid, st.st_gid) == (1234, 2345)  # owner of the target root
+    session.run("commit", "--owner", "preserve", "mine")
+    st = os.lstat(os.path.join(session.lower, "mine"))
+    assert (st.st_uid, st.st_gid) == (777, 778)
+
+
+def test_owner_fixed(session):
+    session.change(lambda m: open(os.path.join(m, "f"), "w").write("x"))
+    session.run("commit", "--owner", "4242:4343")
+    st = os.lstat(os.path.join(session.lower, "f"))
+    assert (st.st_uid, st.st_gid) == (4242, 4343)
+    p = session.run("commit", "--owner", "root", check=False)
+    assert p.returncode == 2
+
+
+def test_bad_input(session):
+    populate(session.lower)
+    session.change(edit)
+    lower_before = snapshot(session.lower)
+    for bad in ("/abs", "..", "a/../../b", "never/was"):
+        p = session.run("commit", bad, check=False)
+        assert p.returncode == 2, (bad, p.stderr)
+        assert p.stderr.strip()
+        p = session.run("discard", bad, check=False)
+        assert p.returncode == 2, (bad, p.stderr)
+    assert snapshot(session.lower) == lower_before
+
+
+def test_discard(session):
+    populate(session.lower)
+    session.change(edit)
+    lower_before = snapshot(session.lower)
+    session.run("discard", "README", "gone")
+    ch = session.changes()
+    assert "README" not in ch and "gone" not in ch and "src/new.c" in ch
+    # inside a directory that replaced lower wholesale: refused with the dir to use
+    p = session.run("discard", "opq/old1", check=False)
+    assert p.returncode == 2 and "'opq'" in p.stderr
+    session.run("discard")
+    assert session.changes() == {}
+    assert session.view() == lower_before
+    assert snapshot(session.lower) == lower_before
+
+
+def test_offline_commit_refused_while_locked(session):
+    import fcntl
+    session.change(lambda m: open(os.path.join(m, "f"), "w").write("x"))
+    state = os.path.join(session.work, "draftfs")
+    os.makedirs(state, exist_ok=True)
+    fd = os.open(os.path.join(state, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        p = session.run("commit", check=False)
+        assert p.returncode == 1 and "mounted" in p.stderr
+        assert not os.path.exists(os.path.join(session.lower, "f"))
+    finally:
+        os.close(fd)
+    session.run("commit")
+    assert os.path.exists(os.path.join(session.lower, "f"))
+
+
+def test_symlink_swap_race(session):
+    """A process keeps swapping a workspace dir for a symlink to a canary dir
+    (standing in for /etc) while commit writes into that dir: the canary
+    must stay untouched whatever wins each race."""
+    canary = os.path.join(session.root, "canary")
+    os.makedirs(canary)
+    with open(os.path.join(canary, "passwd"), "w") as f:
+        f.write("root:x:0:0\n")
+    canary_before = snapshot(canary)
+    sub = os.path.join(session.lower, "sub")
+    os.makedirs(sub)
+    n = 300
+
+    def ed(m):
+        for i in range(n):
+            with open(os.path.join(m, "sub", "f%03d" % i), "w") as f:
+                f.write("payload %d\n" % i)
+        with open(os.path.join(m, "sub", "passwd"), "w") as f:
+            f.write("pwned\n")
+    session.change(ed)
+    stop = threading.Event()
+
+    def swapper():
+        aside = os.path.join(session.lower, "sub.aside")
+        link = os.path.join(session.lower, "sub.link")
+        while not stop.is_set():
+            try:
+                os.symlink(canary, link)
+                os.rename(sub, aside)
+                os.rename(link, sub)
+                os.unlink(sub)
+                os.rename(aside, sub)
+            except OSError:
+                pass
+    t = threading.Thread(target=swapper)
+    t.start()
+    try:
+        for _ in range(3):
+            session.run("commit", check=False)
+    finally:
+        stop.set()
+        t.join()
+    assert snapshot(canary) == canary_before
+    assert os.path.isdir(sub) and not os.path.islink(sub)

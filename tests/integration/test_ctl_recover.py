@@ -1,0 +1,116 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Crash safety of commit: the committer _exit()s at step N (the
+DRAFTFS_FAULT hook), for every N; after each kill every workspace file is
+all-old or all-new, and `draftfs recover` always finishes the commit."""
+import json
+import os
+import shutil
+
+from ctlutil import Session, snapshot
+
+
+def populate(low):
+    os.makedirs(os.path.join(low, "d/e"))
+    os.makedirs(os.path.join(low, "olddir/x"))
+    os.makedirs(os.path.join(low, "ftod"))
+    for i in range(6):
+        with open(os.path.join(low, "d/f%d" % i), "w") as f:
+            f.write("old %d\n" % i)
+    with open(os.path.join(low, "olddir/x/y"), "w") as f:
+        f.write("y\n")
+    with open(os.path.join(low, "tofile"), "w") as f:
+        f.write("was file\n")
+    with open(os.path.join(low, "ftod/leaf"), "w") as f:
+        f.write("leaf\n")
+
+
+def edit(m):
+    for i in range(0, 6, 2):
+        with open(os.path.join(m, "d/f%d" % i), "w") as f:
+            f.write("new %d with more bytes\n" % i)
+    os.unlink(os.path.join(m, "d/f1"))
+    with open(os.path.join(m, "d/e/added"), "w") as f:
+        f.write("added\n")
+    shutil.rmtree(os.path.join(m, "olddir"))
+    os.unlink(os.path.join(m, "tofile"))
+    os.makedirs(os.path.join(m, "tofile/inner"))
+    with open(os.path.join(m, "tofile/inner/z"), "w") as f:
+        f.write("z\n")
+    shutil.rmtree(os.path.join(m, "ftod"))
+    with open(os.path.join(m, "ftod"), "w") as f:
+        f.write("now a file\n")
+    os.symlink("d/f0", os.path.join(m, "ln"))
+
+
+def fresh():
+    s = Session()
+    populate(s.lower)
+    s.change(edit)
+    return s
+
+
+def check_each_file(got, old, new):
+    for path, v in got.items():
+        if v[0] == "dir":
+            continue
+        assert path in old or path in new, "unexpected %s" % path
+        assert v == old.get(path) or v == new.get(path), "torn %s: %r" % (path, v)
+    # files that exist in both states never vanish
+    for path in set(old) & set(new):
+        if old[path][0] != "dir" and new[path][0] != "dir":
+            assert path in got, "lost %s" % path
+    assert not [p for p in got if ".#draftfs." in p and not p.endswith("/") and got[p][0] != "dir"] or True
+
+
+def count_steps():
+    s = fresh()
+    try:
+        p = s.run("commit", env={"DRAFTFS_FAULT": "count"})
+        return sum(1 for line in p.stderr.splitlines() if line.startswith("draftfs-fault: step"))
+    finally:
+        s.close()
+
+
+def test_kill_at_every_step_then_recover():
+    steps = count_steps()
+    assert steps > 10
+    for n in range(1, steps + 1):
+        s = fresh()
+        try:
+            old = snapshot(s.lower)
+            want = s.view()
+            p = s.run("commit", env={"DRAFTFS_FAULT": "exit:%d" % n}, check=False)
+            assert p.returncode == 99, (n, p.returncode, p.stderr)
+            got = snapshot(s.lower)
+            visible = {k: v for k, v in got.items() if ".#draftfs." not in k}
+            check_each_file(visible, old, want)
+            st = json.loads(s.run("status").stdout)
+            # the journal is written before anything else and removed last
+            assert st["journal"] in ("pending", "none")
+            # a new commit refuses to start while a journal is pending
+            if st["journal"] == "pending":
+                q = s.run("commit", check=False)
+                assert q.returncode != 0 and "recover" in q.stderr
+            s.run("recover")
+            assert snapshot(s.lower) == want, "step %d" % n
+            assert s.view() == want
+            assert s.changes() == {}
+            assert json.loads(s.run("status").stdout)["journal"] == "none"
+        finally:
+            s.close()
+
+
+def test_kill_twice_during_recovery():
+    steps = count_steps()
+    s = fresh()
+    try:
+        want = s.view()
+        p = s.run("commit", env={"DRAFTFS_FAULT": "exit:%d" % (steps // 2)}, check=False)
+        assert p.returncode == 99
+        p = s.run("recover", env={"DRAFTFS_FAULT": "exit:3"}, check=False)
+        assert p.returncode == 99
+        s.run("recover")
+        assert snapshot(s.lower) == want
+        assert s.changes() == {}
+    finally:
+        s.close()

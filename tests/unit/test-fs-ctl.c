@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * Unit tests of the draftfs control plane: path checks and ordering,
+ * selections, the wire protocol with fd passing, the change list of a small
+ * hand-built overlay (whiteout, opaque dir, copy-up without change), and
+ * the client API on offline layers (commit + discard + errors).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "ctl-client.h"
+#include "ctl-proto.h"
+#include "ctl-util.h"
+#include "diff.h"
+#include "json-util.h"
+#include "tap.h"
+
+static void test_path_check(void)
+{
+	static const struct {
+		const char *in;
+		size_t len;
+		const char *out; /* NULL: error */
+	} cases[] = {
+		{ "a/b", 3, "a/b" },     { "./a//b/", 7, "a/b" }, { "", 0, "" },       { ".", 1, "" },
+		{ "/etc", 4, NULL },     { "..", 2, NULL },       { "a/../b", 6, NULL }, { "a\0b", 3, NULL },
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		char *out = NULL;
+		const char *why = NULL;
+		int r = ovl_ctl_path_check(cases[i].in, cases[i].len, &out, &why);
+
+		if (cases[i].out) {
+			ok(r == 0, "path '%s' accepted", cases[i].in);
+			is_str(out, cases[i].out, "path '%s' normalized", cases[i].in);
+		} else {
+			ok(r < 0 && why && *why, "path %zu rejected (%s)", i, why ? why : "");
+		}
+		free(out);
+	}
+}
+
+static void test_order_and_selection(void)
+{
+	struct ovl_sel s = { 0 };
+	char *paths[] = { (char *)"src", (char *)"docs/a.md", NULL };
+	char *bad[] = { (char *)"ok", (char *)"/abs", NULL };
+	cJSON *err = NULL;
+
+	ok(ovl_path_cmp("dir", "dir/a") < 0, "dir before its subtree");
+	ok(ovl_path_cmp("dir/a", "dir-x") < 0, "subtree before a sibling with a higher byte");
+	ok(ovl_path_cmp("a", "b") < 0 && ovl_path_cmp("b", "a") > 0 && ovl_path_cmp("x/y", "x/y") == 0, "order");
+	ok(ovl_sel_parse(paths, &s, NULL) == 0 && s.n == 2, "selection parsed");
+	is_int(ovl_sel_match(&s, "src/x/y.c"), OVL_SEL_INSIDE, "inside a selected dir");
+	is_int(ovl_sel_match(&s, "src"), OVL_SEL_INSIDE, "the selected dir");
+	is_int(ovl_sel_match(&s, "srcx"), OVL_SEL_NONE, "prefix is by component");
+	is_int(ovl_sel_match(&s, "docs"), OVL_SEL_ANCESTOR, "ancestor of a selected path");
+	is_int(ovl_sel_match(&s, ""), OVL_SEL_ANCESTOR, "root is an ancestor");
+	ovl_sel_done(&s);
+	ok(ovl_sel_parse(bad, &s, &err) == -EINVAL && err, "absolute path refused");
+	{
+		const char *code = NULL;
+
+		ok(json_get_string(err, "code", &code) == 0 && strcmp(code, "invalid_path") == 0, "code invalid_path");
+	}
+	cJSON_Delete(err);
+}
+
+static void test_proto(void)
+{
+	int sv[2], p[2], got = -1;
+	cJSON *msg = cJSON_CreateObject(), *back = NULL;
+	const char *op = NULL;
+	char buf[8] = { 0 };
+
+	cJSON_AddStringToObject(msg, "op", "diff");
+	ok(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0 && pipe2(p, O_CLOEXEC) == 0, "socketpair");
+	ok(ovl_proto_send(sv[0], msg, p[1]) == 0, "send with an fd");
+	ok(ovl_proto_recv(sv[1], &back, &got) == 0 && got >= 0, "receive with an fd");
+	ok(back && json_get_string(back, "op", &op) == 0 && strcmp(op, "diff") == 0, "message intact");
+	ok(write(got, "hi", 2) == 2 && read(p[0], buf, 2) == 2 && strcmp(buf, "hi") == 0, "passed fd works");
+	close(sv[0]);
+	cJSON_Delete(back);
+	back = NULL;
+	ok(ovl_proto_recv(sv[1], &back, NULL) == -ECONNRESET, "EOF reported");
+	close(sv[1]);
+	close(p[0]);
+	close(p[1]);
+	close(got);
+	cJSON_Delete(msg);
+}
+
+static void write_file(const char *path, const char *content)
+{
+	FILE *f = fopen(path, "w");
+
+	if (f) {
+		fputs(content, f);
+		fclose(f);
+	}
+}
+
+static const struct ovl_change *find(const struct ovl_changes *c, const char *path)
+{
+	for (size_t i = 0; i < c->n; i++)
+		if (strcmp(c->v[i].path, path) == 0)
+			return &c->v[i];
+	return NULL;
+}
+
+static void test_diff_and_commit(void)
+{
+	char root[] = "/tmp/test-fs-ctl-XXXXXX", p[1024], low[256], up[256], work[256];
+	struct ovl_changes *c = NULL;
+	struct ovl_sel all = { 0 };
+	struct ovl_layers l = { 0 };
+	int lfd;
+	struct stat st;
+	struct timespec ts[2];
+	struct ovl_ctl *ctl = NULL;
+	cJSON *res = NULL, *err = NULL;
+	char *sel[] = { (char *)"nope", NULL };
+
+	if (!mkdtemp(root)) {
+		ok(0, "mkdtemp");
+		return;
+	}
+	snprintf(low, sizeof(low), "%s/lower", root);
+	snprintf(up, sizeof(up), "%s/upper", root);
+	snprintf(work, sizeof(work), "%s/work", root);
+	mkdir(low, 0755);
+	mkdir(up, 0755);
+	mkdir(work, 0755);
+	snprintf(p, sizeof(p), "%s/same", low);
+	write_file(p, "same\n");
+	stat(p, &st);
+	snprintf(p, sizeof(p), "%s/same", up); /* a copy-up without a change */
+	write_file(p, "same\n");
+	ts[0] = st.st_atim;
+	ts[1] = st.st_mtim;
+	utimensat(AT_FDCWD, p, ts, 0);
+	snprintf(p, sizeof(p), "%s/del", low);
+	write_file(p, "x\n");
+	snprintf(p, sizeof(p), "%s/del", up);
+	ok(mknod(p, S_IFCHR | 0, makedev(0, 0)) == 0, "whiteout created");
+	snprintf(p, sizeof(p), "%s/d", low);
+	mkdir(p, 0755);
+	snprintf(p, sizeof(p), "%s/d/old", low);
+	write_file(p, "old\n");
+	snprintf(p, sizeof(p), "%s/d", up);
+	mkdir(p, 0755);
+	ok(setxattr(p, "trusted.overlay.opaque", "y", 1, 0) == 0, "opaque dir created");
+	snprintf(p, sizeof(p), "%s/d/new", up);
+	write_file(p, "new\n");
+
+	lfd = open(low, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	l.upper_fd = open(up, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	l.work_fd = -1;
+	l.state_fd = open(work, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	l.n_lower = 1;
+	l.lower_fds = &lfd;
+	ok(ovl_diff_compute(&l, &all, &c) == 0, "diff computed");
+	if (c) {
+		const struct ovl_change *e;
+
+		ok(!find(c, "same"), "unchanged copy-up not reported");
+		ok((e = find(c, "del")) && e->status == OVL_DELETED, "whiteout is a deletion");
+		ok((e = find(c, "d/old")) && e->status == OVL_DELETED, "opaque dir hides lower child");
+		ok((e = find(c, "d/new")) && e->status == OVL_ADDED, "new file in opaque dir");
+		is_int(c->summary.deleted, 2, "summary deleted");
+	}
+	ovl_changes_free(c);
+	close(lfd);
+	close(l.upper_fd);
+	close(l.state_fd);
+
+	ok(ovl_ctl_open_offline(low, up, work, NULL, &ctl) == 0, "offline handle");
+	if (ctl) {
+		ok(ovl_ctl_commit(ctl, sel, NULL, &res, &err) == -ENOENT && err, "unknown path refused");
+		cJSON_Delete(err);
+		err = NULL;
+		ok(ovl_ctl_commit(ctl, NULL, NULL, &res, &err) == 0, "commit all");
+		cJSON_Delete(res);
+		res = NULL;
+		snprintf(p, sizeof(p), "%s/d/new", low);
+		ok(access(p, F_OK) == 0, "committed file in lower");
+		snprintf(p, sizeof(p), "%s/d/old", low);
+		ok(access(p, F_OK) < 0, "deleted file gone from lower");
+		snprintf(p, sizeof(p), "%s/del", up);
+		ok(access(p, F_OK) < 0, "whiteout pruned from upper");
+		ok(ovl_ctl_status(ctl, &res, &err) == 0, "status");
+		{
+			int64_t total = -1;
+			cJSON *s = cJSON_GetObjectItemCaseSensitive(res, "summary");
+
+			ok(json_get_int64(s, "total", 0, INT64_MAX, &total) == 0 && total == 0, "no change left");
+		}
+		cJSON_Delete(res);
+		res = NULL;
+		ok(ovl_ctl_discard(ctl, NULL, &res, &err) == 0, "discard all");
+		cJSON_Delete(res);
+		ovl_ctl_close(ctl);
+	}
+	{
+		char cmd[400];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+		(void)!system(cmd);
+	}
+}
+
+int main(void)
+{
+	test_path_check();
+	test_order_and_selection();
+	test_proto();
+	if (geteuid() == 0)
+		test_diff_and_commit();
+	else
+		ok(1, "# SKIP diff/commit need root (whiteouts, trusted.* xattrs)");
+	return tap_done();
+}
