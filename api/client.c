@@ -480,9 +480,15 @@ int client_run_event(const char *data, size_t len, int out_fd, int err_fd, int *
 	if (strcmp(type, "stdout") == 0 || strcmp(type, "stderr") == 0) {
 		int fd = strcmp(type, "stdout") == 0 ? out_fd : err_fd;
 
+		size_t n;
+
 		if (fd < 0 || json_get_string(ev, "text", &text) < 0)
 			return 0;
-		r = write_full(fd, text, strlen(text));
+		/* execd (and draftboxd) send one line per event without its "\n"; others send raw chunks. */
+		n = strlen(text);
+		r = write_full(fd, text, n);
+		if (r == 0 && (n == 0 || text[n - 1] != '\n'))
+			r = write_full(fd, "\n", 1);
 		return r == -EPIPE ? 0 : r;
 	}
 	if (strcmp(type, "error") == 0) {

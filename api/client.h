@@ -55,7 +55,9 @@ char *client_join_command(char *const *argv, size_t n);
 
 /*
  * Parses one SSE "data" JSON event of a run and acts on it: stdout/stderr
- * text goes to @out_fd/@err_fd (dropped when -1), "error" sets *exit_status from
+ * text goes to @out_fd/@err_fd (dropped when -1) as a line (a "\n" is
+ * added unless the text ends with one: servers send a line per event
+ * without it), "error" sets *exit_status from
  * error.evalue (a decimal exit status; 1 when it is not one) and
  * "execution_complete" sets it to 0 unless an error came first.
  * *finished tells that one of those two arrived. Returns 0 or -errno.

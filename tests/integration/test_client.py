@@ -215,7 +215,7 @@ def test_run_streams_live_and_exits_with_status(fake):
             yield json.dumps({"type": "stdout", "text": "first line\n", "timestamp": 2}) + "\n\n"
             # wait until the client printed the first line: output must be live, not buffered
             assert go_on.wait(20), "client did not print before the stream ended"
-            yield "data: " + json.dumps({"type": "stderr", "text": "an error\n"}) + "\n\n"
+            yield "data: " + json.dumps({"type": "stderr", "text": "an error"}) + "\n\n"
             yield json.dumps({"type": "error", "text": "command exited with code 7",
                               "error": {"ename": "ExitError", "evalue": "7", "traceback": []}}) + "\n\n"
         return 200, {"Content-Type": "text/event-stream"}, frames()
@@ -263,7 +263,7 @@ def test_run_exit_zero_and_lost_stream(fake):
         iter([json.dumps({"type": "error", "text": "command timed out (exit code 137)",
                           "error": {"ename": "TimeoutError", "evalue": "137"}}) + "\n\n"]))
     r = run_client(["--url", url, "run", "ok", "--", "true"])
-    assert (r.returncode, r.stdout) == (0, b"x")
+    assert (r.returncode, r.stdout) == (0, b"x\n")  # a line per event, as execd sends them
     r = run_client(["--url", url, "run", "lost", "--", "true"])
     assert r.returncode == 255 and b"without an exit status" in r.stderr
     r = run_client(["--url", url, "run", "timeout", "--", "sleep 100"])

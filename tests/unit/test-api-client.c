@@ -116,7 +116,7 @@ static void test_run_events(void)
 	ok(!finished, "not finished yet");
 	ok(read(out[0], buf, sizeof(buf) - 1) == 6 && strcmp(buf, "hello\n") == 0, "stdout text written verbatim");
 	memset(buf, 0, sizeof(buf));
-	ok(read(err[0], buf, sizeof(buf) - 1) == 4 && strcmp(buf, "oops") == 0, "stderr text written");
+	ok(read(err[0], buf, sizeof(buf) - 1) == 5 && strcmp(buf, "oops\n") == 0, "stderr line written with its newline");
 	is_int(client_run_event(e3, strlen(e3), out[1], err[1], &status, &finished), 0, "error event");
 	ok(finished && status == 3, "exit status from evalue");
 	is_int(client_run_event(e4, strlen(e4), out[1], err[1], &status, &finished), 0, "complete after error");
