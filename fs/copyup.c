@@ -312,6 +312,8 @@ static int copy_up_locked(struct ovl_node *n, off_t size)
 	if (ufd < 0)
 		return -errno;
 	ovl_mark_impure(pfd);
+	if (fstatat(ufd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0)
+		ovl_node_rekey(n, st.st_dev, st.st_ino);
 
 	pthread_rwlock_wrlock(&n->lock);
 	n->upper_fd = TAKE_FD(ufd);

@@ -302,6 +302,7 @@ static int setup_root(struct ovl_fs *fs)
 		return -errno;
 	root->key_dev = st.st_dev;
 	root->key_ino = st.st_ino;
+	root->ino = st.st_ino;
 	return 0;
 }
 

@@ -191,6 +191,8 @@ void ovl_res_done(struct ovl_res *r)
 
 void ovl_node_apply(struct ovl_node *n, struct ovl_res *res)
 {
+	if (res->hashable)
+		ovl_node_rekey(n, res->key_dev, res->key_ino);
 	pthread_rwlock_wrlock(&n->lock);
 	close_state(n);
 	if (take_res(n, res) < 0)
@@ -248,16 +250,23 @@ int ovl_node_get(struct ovl_node *parent, const char *name, struct ovl_res *res,
 	struct ovl_fs *fs = ovl_fs;
 	struct ovl_node *n;
 	mode_t type = res->st.st_mode & S_IFMT;
-	bool need_apply = false;
+	bool need_apply = false, res_hashable;
 
 	pthread_mutex_lock(&fs->table_lock);
-	for (n = fs->id_tab[hash_id(res->key_dev, res->key_ino) & (fs->tab_size - 1)]; n; n = n->id_next)
-		if (n->key_ino == res->key_ino && n->key_dev == res->key_dev)
-			break;
-	if (n && n->type != type) {
-		/* The identity was reused by an object of another type: forget the old mapping. */
-		id_unlink(fs, n);
-		n = NULL;
+	if (res->hashable) {
+		for (n = fs->id_tab[hash_id(res->key_dev, res->key_ino) & (fs->tab_size - 1)]; n; n = n->id_next)
+			if (n->key_ino == res->key_ino && n->key_dev == res->key_dev)
+				break;
+		if (n && n->type != type) {
+			/* The identity was reused by an object of another type: forget the old mapping. */
+			id_unlink(fs, n);
+			n = NULL;
+		}
+	} else {
+		/* A lower hard link: one node per name. */
+		n = name_find_locked(fs, parent, name);
+		if (n && (n->type != type || n->ino != res->ino || n->id_hashed))
+			n = NULL;
 	}
 	if (n) {
 		n->nlookup++;
@@ -294,6 +303,7 @@ int ovl_node_get(struct ovl_node *parent, const char *name, struct ovl_res *res,
 	}
 	pthread_mutex_unlock(&fs->table_lock);
 
+	res_hashable = res->hashable;
 	n = calloc(1, sizeof(*n));
 	if (!n)
 		return -ENOMEM;
@@ -307,12 +317,14 @@ int ovl_node_get(struct ovl_node *parent, const char *name, struct ovl_res *res,
 	n->type = type;
 	n->key_dev = res->key_dev;
 	n->key_ino = res->key_ino;
+	n->ino = res->ino;
 	n->nlookup = 1;
 
 	pthread_mutex_lock(&fs->table_lock);
 	n->parent = parent;
 	parent->refs++;
-	id_insert(fs, n);
+	if (res_hashable)
+		id_insert(fs, n);
 	name_insert(fs, n);
 	n->all_next = fs->all_first;
 	if (fs->all_first)
@@ -366,6 +378,22 @@ int ovl_node_set_name(struct ovl_node *n, struct ovl_node *parent, const char *n
 	}
 	pthread_mutex_unlock(&fs->table_lock);
 	return 0;
+}
+
+void ovl_node_rekey(struct ovl_node *n, dev_t dev, ino_t ino)
+{
+	struct ovl_fs *fs = ovl_fs;
+
+	if (n == &fs->root)
+		return;
+	pthread_mutex_lock(&fs->table_lock);
+	if (!n->id_hashed || n->key_dev != dev || n->key_ino != ino) {
+		id_unlink(fs, n);
+		n->key_dev = dev;
+		n->key_ino = ino;
+		id_insert(fs, n);
+	}
+	pthread_mutex_unlock(&fs->table_lock);
 }
 
 void ovl_node_unhash(struct ovl_node *n)

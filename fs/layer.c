@@ -299,7 +299,18 @@ int ovl_resolve_in_stack(const struct ovl_stack *s, const char *name, struct ovl
 		}
 	}
 
-	if (!res->opaque) {
+	if (res->opaque) {
+		/* Hidden below the opaque dir, but a rename or rmdir must still leave a whiteout. */
+		for (uint16_t i = 0; i < s->n && !res->lower_exists; i++) {
+			struct stat lst;
+
+			if (fstatat(s->l[i].fd, name, &lst, AT_SYMLINK_NOFOLLOW) < 0)
+				continue;
+			if (ovl_is_whiteout(&lst))
+				break;
+			res->lower_exists = true;
+		}
+	} else {
 		if (use_redirect_abs) {
 			lookup_redirect_abs(res, redirect + 1 + strspn(redirect + 1, "/"), &err);
 		} else {
@@ -317,26 +328,25 @@ int ovl_resolve_in_stack(const struct ovl_stack *s, const char *name, struct ovl
 		return err ? err : -ENOENT;
 	}
 
-	/* Identity: the origin for copied-up objects, else the object itself. */
+	/* Identity: the top object. The view's inode number: the origin's for copied-up objects. */
 	res->key_dev = res->st.st_dev;
 	res->key_ino = res->st.st_ino;
+	res->ino = res->st.st_ino;
+	res->hashable = res->upper_fd >= 0 || S_ISDIR(res->st.st_mode) || res->st.st_nlink <= 1;
 	if (res->upper_fd >= 0) {
 		dev_t od;
 		ino_t oi;
 
 		r = ovl_origin_read(res->upper_fd, &od, &oi);
 		if (r == 0) {
-			res->key_dev = od;
-			res->key_ino = oi;
+			res->ino = oi;
 		} else if (res->lower_fd >= 0) {
 			struct stat lst;
 
 			if (ovl_fgetxattr(res->upper_fd, OVL_XATTR_ORIGIN_KERNEL, NULL, 0) >= 0 &&
 			    fstatat(res->lower_fd, "", &lst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 &&
-			    (lst.st_mode & S_IFMT) == (res->st.st_mode & S_IFMT)) {
-				res->key_dev = lst.st_dev;
-				res->key_ino = lst.st_ino;
-			}
+			    (lst.st_mode & S_IFMT) == (res->st.st_mode & S_IFMT))
+				res->ino = lst.st_ino;
 		}
 	}
 	return 0;
@@ -400,7 +410,7 @@ void ovl_stat_to_view(struct ovl_node *n, struct stat *st, bool merged_dir)
 {
 	const struct ovl_options *o = ovl_fs->opt;
 
-	st->st_ino = n->key_ino;
+	st->st_ino = n->ino;
 	st->st_uid = ovl_idmap_to_view(&o->uidmap, st->st_uid);
 	st->st_gid = ovl_idmap_to_view(&o->gidmap, st->st_gid);
 	if (merged_dir)

@@ -300,7 +300,7 @@ static ino_t parent_ino(struct ovl_node *n)
 	ino_t ino;
 
 	pthread_mutex_lock(&ovl_fs->table_lock);
-	ino = n->parent ? n->parent->key_ino : n->key_ino;
+	ino = n->parent ? n->parent->ino : n->ino;
 	pthread_mutex_unlock(&ovl_fs->table_lock);
 	return ino;
 }
@@ -333,7 +333,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 
 		if (i < 2) {
 			name = i == 0 ? "." : "..";
-			st.st_ino = i == 0 ? n->key_ino : parent_ino(n);
+			st.st_ino = i == 0 ? n->ino : parent_ino(n);
 			st.st_mode = S_IFDIR;
 		} else {
 			name = d->ents[i - 2].name;

@@ -45,6 +45,13 @@ static int adopt_upper_dir(struct ovl_node *n, int pfd, const char *name)
 	res.upper_fd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (res.upper_fd < 0)
 		return -errno;
+	if (fstatat(res.upper_fd, "", &res.st, AT_EMPTY_PATH) < 0) {
+		ovl_res_done(&res);
+		return -errno;
+	}
+	res.key_dev = res.st.st_dev;
+	res.key_ino = res.st.st_ino;
+	res.hashable = true;
 	res.opaque = true;
 	ovl_node_apply(n, &res);
 	ovl_res_done(&res);
@@ -339,7 +346,7 @@ static int do_rename(struct ovl_node *p, const char *name, struct ovl_node *np, 
 		ovl_node_unhash_name(dn, !alive);
 		replaced = dn;
 	}
-	if (src.upper_fd < 0 || sn->key_ino != src.st.st_ino)
+	if (src.upper_fd < 0 || sn->ino != src.st.st_ino)
 		ovl_mark_impure(npfd); /* the moved object carries an origin record */
 	(void)ovl_node_set_name(sn, np, nname);
 out:

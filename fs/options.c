@@ -341,7 +341,7 @@ int ovl_options_parse(int argc, char **argv, struct ovl_options *o, char *err, s
 
 	o->allow_other = o->default_permissions = geteuid() == 0;
 	o->timeout = 86400;
-	o->writeback = true;
+	o->writeback = false; /* kernel-side mtimes are never written back to us: see docs/fs.md */
 	o->fsync = true;
 	o->threads = 8;
 

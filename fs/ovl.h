@@ -85,8 +85,11 @@ struct ovl_lower {
 /*
  * One FUSE inode: an object of the merged view.
  *
- * Identity (key_dev, key_ino) is the underlying object, or for a copied-up
- * object the lower object it came from (st_ino stays stable). The node also
+ * Identity (key_dev, key_ino) is the upper object if there is one, else the
+ * lower object; lower hard links (nlink > 1) are not merged (kernel
+ * overlayfs with index=off breaks them on copy-up), such nodes are found by
+ * name only. The view's st_ino (ino) is the origin's for a copied-up
+ * object, so it does not change on copy-up. The node also
  * remembers one name (parent, name) so copy-up can rebuild the path and the
  * control plane can find it by path.
  *
@@ -108,8 +111,9 @@ struct ovl_node {
 	uint32_t refs;              /* table_lock: children whose ->parent is us */
 	bool id_hashed, name_hashed; /* table_lock */
 	mode_t type;                /* S_IFMT, immutable */
-	dev_t key_dev;              /* immutable */
-	ino_t key_ino;              /* immutable; the view's st_ino */
+	dev_t key_dev;              /* table_lock (re-keyed on copy-up) */
+	ino_t key_ino;              /* table_lock */
+	ino_t ino;                  /* immutable: the view's st_ino */
 
 	pthread_rwlock_t lock;
 	/* Below: read under lock (shared); changed with lock exclusive AND copyup_lock held. */
@@ -132,8 +136,10 @@ struct ovl_res {
 	bool whiteout_in_upper;  /* upper holds a whiteout for the name */
 	bool lower_exists;       /* some lower holds the name (visible or not under upper) */
 	struct stat st;          /* of the top object */
-	dev_t key_dev;
+	dev_t key_dev;           /* hash identity (see struct ovl_node) */
 	ino_t key_ino;
+	bool hashable;           /* false: a lower hard link, found by name only */
+	ino_t ino;               /* the view's st_ino */
 };
 
 /* The layers of one directory, as borrowed fds: upper (or -1) and the merged lower dirs. */
@@ -203,6 +209,9 @@ void ovl_node_forget(struct ovl_node *n, uint64_t count);
 
 /* Sets @n's remembered name to @parent/@name (after rename, link). Returns 0 or -ENOMEM. */
 int ovl_node_set_name(struct ovl_node *n, struct ovl_node *parent, const char *name);
+/* Re-keys @n under the identity of its new upper object (after copy-up or replacement). */
+void ovl_node_rekey(struct ovl_node *n, dev_t dev, ino_t ino);
+
 /* Removes @n from the identity and name hashes (after its last link is gone). */
 void ovl_node_unhash(struct ovl_node *n);
 
