@@ -22,7 +22,8 @@ struct api_registry;
 
 /* What draftbox-run --probe and the host told us at start. */
 struct api_caps {
-	bool launcher_ok;    /* draftbox-run exists and its probe succeeded */
+	bool launcher_ok;    /* draftbox-run's probe says full isolation works */
+	bool launcher_found; /* draftbox-run exists and answered the probe */
 	bool draftfs_ok;     /* draftfs exists and /dev/fuse opens */
 	bool setpriv_available;
 	bool userns_available;

@@ -61,7 +61,7 @@ static const struct opt_def opt_defs[] = {
 	O("allow-root-owner", OPT_BOOL, allow_root_owner, "allow rw workspaces owned by root (default false)"),
 	O("draftfs", OPT_STRING, draftfs, "draftfs binary (default: next to draftboxd, then PATH)"),
 	O("launcher", OPT_STRING, launcher, "draftbox-run binary (default: next to draftboxd, then PATH)"),
-	O("uid-pool-base", OPT_UID, uid_pool_base, "first sandbox uid (default 200000)"),
+	O("uid-pool-base", OPT_UID, uid_pool_base, "first sandbox uid (default 10000)"),
 	O("uid-pool-size", OPT_UNSIGNED, uid_pool_size, "number of sandbox uids (default 1000)"),
 	O("log-structured", OPT_BOOL, log_structured, "logfmt log lines (default true)"),
 };

@@ -149,7 +149,17 @@ cJSON *api_request_json(struct api_request *req)
 		api_reply_error(req, 400, API_E_INVALID_REQUEST, "request body contains a NUL byte");
 		return NULL;
 	}
-	o = cJSON_ParseWithLengthOpts(req->body, req->body_len, &end, true);
+	o = cJSON_ParseWithLengthOpts(req->body, req->body_len, &end, false);
+	if (o && end) {
+		/* only whitespace may follow the value */
+		for (const char *p = end; p < req->body + req->body_len; p++)
+			if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') {
+				cJSON_Delete(o);
+				o = NULL;
+				end = p;
+				break;
+			}
+	}
 	if (!o) {
 		api_reply_error(req, 400, API_E_INVALID_REQUEST, "malformed JSON near byte %zu",
 				end ? (size_t)(end - req->body) : (size_t)0);

@@ -93,6 +93,7 @@ void api_probe(struct api_server *srv)
 		c->message = strdup("draftbox-run --probe failed");
 		return;
 	}
+	c->launcher_found = true;
 	j = cJSON_GetObjectItemCaseSensitive(c->probe, "bwrap");
 	if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(j, "version")))
 		c->bwrap_version = strdup(cJSON_GetObjectItemCaseSensitive(j, "version")->valuestring);

@@ -526,6 +526,14 @@ enum MHD_Result api_handle_files_permissions(struct api_request *req)
 	return api_reply_empty(req, 200);
 }
 
+/* {"<path>": {"replacedCount": n}}, as execd's verbose replace answers. */
+static bool add_count(cJSON *out, const char *path, size_t count)
+{
+	cJSON *o = cJSON_AddObjectToObject(out, path);
+
+	return o && cJSON_AddNumberToObject(o, "replacedCount", (double)count);
+}
+
 enum MHD_Result api_handle_files_replace(struct api_request *req)
 {
 	_cleanup_json_ cJSON *body = NULL, *out = NULL;
@@ -558,8 +566,8 @@ enum MHD_Result api_handle_files_replace(struct api_request *req)
 	if (!body) {
 		r = api_files_replace(&root, path, old, strlen(old), new_str ? new_str : "", new_str ? strlen(new_str) : 0,
 				      &count);
-		if (r >= 0 && out)
-			cJSON_AddNumberToObject(out, path, (double)count);
+		if (r >= 0 && out && !add_count(out, path, count))
+			r = -ENOMEM;
 	} else {
 		cJSON_ArrayForEach(item, body) {
 			new_str = NULL;
@@ -570,8 +578,10 @@ enum MHD_Result api_handle_files_replace(struct api_request *req)
 					      new_str ? strlen(new_str) : 0, &count);
 			if (r < 0)
 				break;
-			if (out)
-				cJSON_AddNumberToObject(out, path, (double)count);
+			if (out && !add_count(out, path, count)) {
+				r = -ENOMEM;
+				break;
+			}
 		}
 	}
 	files_done(s);

@@ -77,7 +77,8 @@ enum MHD_Result api_handle_session_create(struct api_request *req)
 	char t[40];
 	int r;
 
-	if (!req->srv->caps.launcher_ok || !req->srv->caps.draftfs_ok)
+	/* sessions need draftfs and a working draftbox-run; each run is refused by the launcher if it cannot isolate */
+	if (!req->srv->caps.launcher_found || !req->srv->caps.draftfs_ok)
 		return api_reply_error(req, 503, API_E_UNAVAILABLE, "isolation unavailable: %s",
 				       req->srv->caps.message ? req->srv->caps.message : "probe failed");
 	body = api_request_json(req);

@@ -400,17 +400,7 @@ int api_run_start(struct api_session *s, const struct api_run_request *rq, struc
 		r = api_error_set(err, -errno, 500, API_E_RUNTIME, "cannot create pipes: %m");
 		goto fail_pipes;
 	}
-	/* fd 3 in the launcher is the JSON result pipe: dup it there through keep_fd */
-	if (js[1] != 3) {
-		int fd3 = fcntl(js[1], F_DUPFD_CLOEXEC, 3);
-
-		if (fd3 < 0) {
-			r = api_error_set(err, -errno, 500, API_E_RUNTIME, "cannot set up the result pipe: %m");
-			goto fail_pipes;
-		}
-		close(js[1]);
-		js[1] = fd3;
-	}
+	/* fd 3 in the launcher is the JSON result pipe (--json-fd 3) */
 	r = api_spawn_full((const char *const *)argv, in[0], out[1], run->stream_stderr ? errp[1] : out[1], js[1],
 			   true, &run->pid);
 	if (r < 0) {

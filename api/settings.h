@@ -12,7 +12,7 @@
 #include <sys/types.h>
 
 #define API_DEFAULT_PORT 44772
-#define API_DEFAULT_UID_POOL_BASE 200000
+#define API_DEFAULT_UID_POOL_BASE 10000 /* the launcher's default pool, 10000-10999 */
 #define API_DEFAULT_UID_POOL_SIZE 1000
 
 struct api_config {

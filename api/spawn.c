@@ -43,7 +43,8 @@ int api_spawn_full(const char *const *argv, int in_fd, int out_fd, int err_fd, i
 	}
 	if (pid == 0) {
 		int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-		int fds[3] = { in_fd, out_fd, err_fd };
+		int fds[4] = { in_fd, out_fd, err_fd, keep_fd };
+		int nfds = keep_fd >= 0 ? 4 : 3;
 		sigset_t all;
 
 		sigemptyset(&all);
@@ -53,24 +54,22 @@ int api_spawn_full(const char *const *argv, int in_fd, int out_fd, int err_fd, i
 			child_fail(err_pipe[1]);
 		if (new_session && setsid() < 0)
 			child_fail(err_pipe[1]);
-		/* Move the sources above 2 first so dup2 onto 0..2 cannot clobber one another. */
-		for (int i = 0; i < 3; i++) {
+		/* Move the sources above 9 first so dup2 onto 0..3 cannot clobber one another. */
+		for (int i = 0; i < nfds; i++) {
 			int src = fds[i] >= 0 ? fds[i] : null_fd;
 
 			fds[i] = fcntl(src, F_DUPFD_CLOEXEC, 10);
 			if (fds[i] < 0)
 				child_fail(err_pipe[1]);
 		}
-		for (int i = 0; i < 3; i++)
+		for (int i = 0; i < nfds; i++)
 			if (dup2(fds[i], i) < 0)
 				child_fail(err_pipe[1]);
 		/* Everything else is closed at exec, whatever flags it was opened with. */
-		if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
-			for (int fd = 3; fd < 4096; fd++)
+		if (syscall(SYS_close_range, (unsigned)nfds, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
+			for (int fd = nfds; fd < 4096; fd++)
 				if (fd != err_pipe[1])
 					fcntl(fd, F_SETFD, FD_CLOEXEC);
-		if (keep_fd >= 0 && fcntl(keep_fd, F_SETFD, 0) < 0)
-			child_fail(err_pipe[1]);
 		execv(argv[0], (char *const *)argv);
 		child_fail(err_pipe[1]);
 	}

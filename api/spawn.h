@@ -11,8 +11,7 @@
 
 /*
  * Starts @argv[0] with @argv. @in_fd/@out_fd/@err_fd become fds 0/1/2 (-1:
- * /dev/null); @keep_fd (-1: none) is passed on at the same number with
- * FD_CLOEXEC cleared; everything else is closed. With @new_session the child
+ * /dev/null); @keep_fd (-1: none) becomes fd 3; everything else is closed. With @new_session the child
  * calls setsid() so its process group can be signalled as a whole.
  * Returns 0 and *ret_pid, or -errno.
  */

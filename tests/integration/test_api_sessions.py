@@ -1,0 +1,213 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""draftboxd: session lifecycle, auth, Host/Origin checks and bad input,
+against the real server with real draftfs mounts."""
+import json
+import os
+import socket
+
+from apiutil import api, env, mounts_under  # noqa: F401  (fixtures)
+
+S = "/v1/isolated/session"
+
+
+def test_create_get_list_delete(api):
+    env, srv, c = api
+    ws = env.workspace()
+    r = c.request("POST", S, {"workspace": {"path": ws}, "idle_timeout_seconds": 600, "unknown_field": [1, 2]})
+    assert r.status == 201, r
+    body = r.json()
+    sid = body["session_id"]
+    assert len(sid) == 36 and body["created_at"].endswith("Z")
+    view = os.path.join(srv.state, "sessions", sid, "view")
+    assert mounts_under(view) == [view], "the view is a real mount"
+    with open(os.path.join(view, "a.txt")) as f:
+        assert f.read() == "hello\n"
+
+    st = c.get(sid)
+    assert st.status == 200
+    st = st.json()
+    assert st["status"] == "active"
+    assert st["workspace"] == {"path": ws, "mode": "overlay"}
+    assert st["profile"] == "strict" and st["share_net"] is False
+    assert st["idle_timeout_seconds"] == 600 and 0 < st["idle_remaining_seconds"] <= 600
+    assert st["uid"] == 1000 and st["gid"] == 1000
+    assert st["env_passthrough"]["mode"] == "deny"
+
+    lst = c.request("GET", "/v1/isolated/sessions").json()["sessions"]
+    assert [s["session_id"] for s in lst] == [sid]
+    assert set(lst[0]) >= {"session_id", "status", "created_at", "last_run_at"}
+
+    c.delete(sid)
+    assert mounts_under(view) == []
+    assert not os.path.exists(os.path.join(srv.state, "sessions", sid))
+    assert c.get(sid).status == 404
+    assert c.get(sid).json()["code"] == "SESSION_NOT_FOUND"
+    c.delete(sid, expect=404)
+    assert c.request("GET", "/v1/isolated/sessions").json() == {"sessions": []}
+
+
+def test_auth(api):
+    env, srv, c = api
+    assert c.request("GET", "/v1/isolated/sessions", auth=False).status == 401
+    r = c.request("GET", "/v1/isolated/sessions", auth=False, headers={"X-EXECD-ACCESS-TOKEN": "wrong" * 8})
+    assert r.status == 401 and r.json()["code"] == "UNAUTHORIZED"
+    for h in ("X-EXECD-ACCESS-TOKEN", "OpenSandbox-Execd-Token"):
+        assert c.request("GET", "/v1/isolated/sessions", auth=False, headers={h: srv.token}).status == 200
+    assert c.request("GET", "/v1/isolated/sessions", auth=False,
+                     headers={"Authorization": "Bearer " + srv.token}).status == 200
+    assert c.request("GET", "/healthz", auth=False).status == 200
+    st = os.stat(os.path.join(srv.state, "token"))
+    assert st.st_mode & 0o077 == 0, "the token file is private"
+
+
+def test_host_and_origin(api):
+    env, srv, c = api
+    assert c.request("GET", "/v1/isolated/sessions", headers={"Host": "evil.example:44772"}).status == 403
+    assert c.request("GET", "/v1/isolated/sessions", headers={"Origin": "http://evil.example"}).status == 403
+    assert c.request("GET", "/v1/isolated/sessions", headers={"Origin": "null"}).status == 403
+    assert c.request("GET", "/v1/isolated/sessions", headers={"Host": f"localhost:{srv.port}"}).status == 200
+    assert c.request("GET", "/v1/isolated/sessions",
+                     headers={"Origin": f"http://127.0.0.1:{srv.port}"}).status == 200
+
+
+def test_bad_create_bodies(api):
+    env, srv, c = api
+    ws = env.workspace()
+    cases = [
+        (b"{", "INVALID_REQUEST_BODY"),
+        (b"[]", "INVALID_REQUEST_BODY"),
+        (b"", "INVALID_REQUEST_BODY"),
+        (b'{"workspace": {"path": "/x"}} trailing', "INVALID_REQUEST_BODY"),
+        (b'{"workspace": {"path": "a\x00b"}}', "INVALID_REQUEST_BODY"),
+        (json.dumps({}).encode(), "INVALID_REQUEST_BODY"),
+        (json.dumps({"workspace": "/tmp"}).encode(), "INVALID_REQUEST_BODY"),
+        (json.dumps({"workspace": {"path": 5}}).encode(), "INVALID_REQUEST_BODY"),
+        (json.dumps({"workspace": {"path": ws, "mode": "yolo"}}).encode(), "INVALID_REQUEST_BODY"),
+        (json.dumps({"workspace": {"path": ws}, "profile": "none"}).encode(), "INVALID_REQUEST_BODY"),
+        (json.dumps({"workspace": {"path": ws}, "share_net": "yes"}).encode(), "INVALID_REQUEST_BODY"),
+        (json.dumps({"workspace": {"path": ws}, "share_net": True}).encode(), "INVALID_REQUEST_BODY"),
+        (json.dumps({"workspace": {"path": ws}, "uid": -1}).encode(), "INVALID_REQUEST_BODY"),
+        (json.dumps({"workspace": {"path": ws}, "uid": "0"}).encode(), "INVALID_REQUEST_BODY"),
+        (json.dumps({"workspace": {"path": ws}, "idle_timeout_seconds": 1.5}).encode(), "INVALID_REQUEST_BODY"),
+        (json.dumps({"workspace": {"path": ws}, "extra_writable": ["/etc"]}).encode(), "INVALID_REQUEST_BODY"),
+        (json.dumps({"workspace": {"path": ws}, "binds": [{"source": "/etc"}]}).encode(), "INVALID_REQUEST_BODY"),
+        (json.dumps({"workspace": {"path": ws}, "env_passthrough": {"mode": "maybe"}}).encode(), "INVALID_REQUEST_BODY"),
+        (json.dumps({"workspace": {"path": ws + "/../ws/missing"}}).encode(), "INVALID_REQUEST_BODY"),
+        (json.dumps({"workspace": {"path": "relative/dir"}}).encode(), "INVALID_REQUEST_BODY"),
+        (json.dumps({"workspace": {"path": "/"}}).encode(), "INVALID_REQUEST_BODY"),
+        (json.dumps({"workspace": {"path": ws + "/a.txt"}}).encode(), "INVALID_REQUEST_BODY"),
+        (json.dumps({"workspace": {"path": srv.state}}).encode(), "INVALID_REQUEST_BODY"),
+        (json.dumps({"workspace": {"path": env.base}}).encode(), "INVALID_REQUEST_BODY"),
+    ]
+    for raw, code in cases:
+        r = c.request("POST", S, raw=raw, headers={"Content-Type": "application/json"})
+        assert r.status == 400, (raw, r)
+        assert r.json()["code"] == code, (raw, r)
+        assert r.json()["message"]
+    assert c.request("GET", "/v1/isolated/sessions").json() == {"sessions": []}
+    assert mounts_under(srv.state) == []
+
+
+def test_rw_root_owned_refused(api):
+    env, srv, c = api
+    ws = env.workspace("rootws", uid=0, gid=0)
+    r = c.create(ws, mode="rw", expect=400)
+    assert "root" in r.json()["message"]
+
+
+def raw_request(port, head, body=b"", chunked_body=None):
+    """Sends a raw request (ignoring a peer that stops reading) and returns the status line and body."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.settimeout(30)
+    try:
+        s.sendall(head)
+        try:
+            if chunked_body is not None:
+                for i in range(0, len(chunked_body), 65536):
+                    part = chunked_body[i:i + 65536]
+                    s.sendall(b"%x\r\n%s\r\n" % (len(part), part))
+                s.sendall(b"0\r\n\r\n")
+            else:
+                s.sendall(body)
+        except OSError:
+            pass  # the server answered early and closed
+        data = b""
+        while True:
+            try:
+                d = s.recv(65536)
+            except (ConnectionResetError, socket.timeout):
+                break
+            if not d:
+                break
+            data += d
+        return data
+    finally:
+        s.close()
+
+
+def test_oversized_body_and_headers(api):
+    env, srv, c = api
+    big = b'{"workspace": {"path": "' + b"a" * (2 * 1024 * 1024) + b'"}}'
+    auth = f"X-EXECD-ACCESS-TOKEN: {srv.token}\r\n".encode()
+    head = (b"POST /v1/isolated/session HTTP/1.1\r\nHost: 127.0.0.1\r\n" + auth +
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(big))
+    data = raw_request(srv.port, head, big)
+    assert data.startswith(b"HTTP/1.1 413"), data[:200]
+    assert b"REQUEST_TOO_LARGE" in data
+    # the same without a Content-Length (chunked): cut off while streaming
+    head = (b"POST /v1/isolated/session HTTP/1.1\r\nHost: 127.0.0.1\r\n" + auth +
+            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+    data = raw_request(srv.port, head, chunked_body=big)
+    # the 413 is queued mid-body; the close may reset the connection before the client reads it
+    assert data == b"" or data.startswith(b"HTTP/1.1 413"), data[:200]
+    # a huge header is refused, and the server stays up
+    data = raw_request(srv.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"b" * 100000 +
+                       b"\r\n\r\n")
+    assert data == b"" or data.split(b" ")[1] in (b"413", b"431", b"400"), data[:200]
+    assert c.request("GET", "/healthz").status == 200
+    assert c.request("GET", "/v1/isolated/sessions").json() == {"sessions": []}
+
+
+def test_unknown_routes_and_ids(api):
+    env, srv, c = api
+    assert c.request("GET", "/v1/isolated/nope").status == 404
+    assert c.request("PUT", S).status == 405
+    for sid in ("nope", "..", "%2e%2e", "00000000-0000-0000-0000-000000000000", "A" * 36):
+        r = c.request("GET", f"{S}/{sid}")
+        assert r.status in (404,), (sid, r)
+        r = c.request("POST", f"{S}/{sid}/run", {"code": "true"})
+        assert r.status == 404 and r.json()["code"] == "SESSION_NOT_FOUND", (sid, r)
+
+
+def test_slow_client_is_dropped(env):
+    srv = env.server(["--connection-timeout=2"])
+    c = srv.client()
+    # half a request line, then silence: the connection must not pin a thread forever
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(b"GET /healthz HTT")
+    s.settimeout(30)
+    try:
+        data = s.recv(100)
+    except socket.timeout:
+        data = None
+    finally:
+        s.close()
+    assert data is not None, "the server kept a silent connection open past its timeout"
+    assert c.request("GET", "/healthz").status == 200
+    srv.stop()
+
+
+def test_capabilities_and_metrics(api):
+    env, srv, c = api
+    caps = c.request("GET", "/v1/isolated/capabilities").json()
+    for k in ("available", "isolator", "version", "setpriv_available", "userns_available", "commit_supported",
+              "diff_supported"):
+        assert k in caps
+    assert caps["isolator"] == "bwrap"
+    m = c.request("GET", "/metrics")
+    assert m.status == 200
+    text = m.body.decode()
+    for name in ("draftbox_sessions ", "draftbox_runs_total", "draftbox_run_duration_seconds_bucket",
+                 "draftbox_upper_bytes", "draftbox_commits_total", "draftbox_commit_conflicts_total",
+                 "draftbox_http_errors_total"):
+        assert name in text, name
