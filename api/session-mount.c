@@ -2,8 +2,9 @@
 /*
  * A session's view at <state>/sessions/<id>/view:
  *  - overlay: a draftfs mount (lower = the workspace, upper/work in the
- *    session dir) with uidmapping=POOL:OWNER:1 so the workspace owner's files
- *    appear as the sandbox uid's, and the session's quota;
+ *    session dir) with uidmapping=OWNER:POOL:1 (disk id first, as
+ *    fuse-overlayfs) so the workspace owner's files appear as the sandbox
+ *    uid's, and the session's quota;
  *  - rw / ro: an idmapped bind mount of the workspace (open_tree +
  *    mount_setattr(MOUNT_ATTR_IDMAP) with a user namespace mapping OWNER to
  *    POOL), read-only for ro.
@@ -218,9 +219,14 @@ static int mount_draftfs(struct api_session *s, struct api_error *err)
 			r = asprintf(&quota, "%s", "");
 		if (r < 0)
 			return -ENOMEM;
+		/*
+		 * fuse-overlayfs' (and draftfs') order is DISK:VIEW:LEN: the id stored in
+		 * the layers first, the id seen through the mount second (fuse-overlayfs
+		 * read_mappings(), docs/fs.md). So the owner's files show as the pool uid.
+		 */
 		if (asprintf(&opts, "lowerdir=%s,upperdir=%s,workdir=%s,uidmapping=%u:%u:1,gidmapping=%u:%u:1%s",
-			     s->workspace, upper, work, (unsigned)s->pool_uid, (unsigned)s->owner_uid,
-			     (unsigned)s->pool_gid, (unsigned)s->owner_gid, quota) < 0)
+			     s->workspace, upper, work, (unsigned)s->owner_uid, (unsigned)s->pool_uid,
+			     (unsigned)s->owner_gid, (unsigned)s->pool_gid, quota) < 0)
 			return -ENOMEM;
 	}
 	if (strchr(s->workspace, ',') || strchr(s->workspace, ':'))

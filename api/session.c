@@ -595,6 +595,17 @@ int api_session_create(struct api_server *srv, const cJSON *body, struct api_ses
 		r = api_error_set(err, -errno, 500, API_E_RUNTIME, "cannot create the session layout: %m");
 		goto fail_reserved;
 	}
+	/* the view's root takes the upper's root metadata: give it the workspace root's */
+	{
+		struct stat wst;
+
+		if (stat(s->workspace, &wst) < 0 ||
+		    fchownat(dfd, "upper", wst.st_uid, wst.st_gid, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    fchmodat(dfd, "upper", wst.st_mode & 07777, 0) < 0) {
+			r = api_error_set(err, -errno, 500, API_E_RUNTIME, "cannot prepare the upper: %m");
+			goto fail_reserved;
+		}
+	}
 	r = api_mount_view(s, err);
 	if (r < 0)
 		goto fail_reserved;
