@@ -169,11 +169,16 @@ int openat_beneath(int dir_fd, const char *path, int flags, mode_t mode)
 			.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0,
 			.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
 		};
-		int fd = (int)syscall(SYS_openat2, dir_fd, path, &how, sizeof(how));
+		/* The kernel answers EAGAIN when a rename or mount raced a ".." walk;
+		 * our paths have no "..", but retry anyway, then fall back to the walk. */
+		for (int attempt = 0; attempt < 8; attempt++) {
+			int fd = (int)syscall(SYS_openat2, dir_fd, path, &how, sizeof(how));
 
-		if (fd < 0)
-			return errno == EAGAIN ? -EAGAIN : -errno;
-		return fd;
+			if (fd >= 0)
+				return fd;
+			if (errno != EAGAIN)
+				return -errno;
+		}
 	}
 	return walk_nofollow(dir_fd, path, flags, mode);
 }
