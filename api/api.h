@@ -93,7 +93,11 @@ struct api_request {
 	char *body;            /* NUL-terminated JSON body (buffered routes) */
 	size_t body_len;
 	bool body_too_large;
-	bool answered;         /* a response was queued */
+	bool answered;         /* a response was queued (or is pending) */
+	bool in_body;          /* MHD is delivering the body: responses must wait for its end */
+	struct MHD_Response *pending; /* answer given mid-body, queued once the body is consumed */
+	unsigned pending_status;
+	uint64_t discarded;    /* body bytes thrown away after an early answer */
 	unsigned status;       /* status queued, for metrics */
 	void *upload;          /* streaming upload state (route-files.c) */
 	void (*upload_free)(void *upload);

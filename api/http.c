@@ -71,6 +71,18 @@ enum MHD_Result api_reply_response(struct api_request *req, unsigned status, str
 		return MHD_NO;
 	MHD_add_response_header(resp, "Cache-Control", "no-store");
 	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+	if (req->in_body) {
+		/* MHD only takes a response once the body is consumed: keep it until then */
+		if (req->pending)
+			MHD_destroy_response(resp);
+		else {
+			req->pending = resp;
+			req->pending_status = status;
+			count_status(req, status);
+		}
+		req->answered = true;
+		return MHD_YES;
+	}
 	r = MHD_queue_response(req->conn, status, resp);
 	MHD_destroy_response(resp);
 	req->answered = true;
@@ -264,6 +276,8 @@ static void request_free(struct api_request *req)
 		return;
 	if (req->upload && req->upload_free)
 		req->upload_free(req->upload);
+	if (req->pending)
+		MHD_destroy_response(req->pending);
 	for (size_t i = 0; i < ARRAY_SIZE(req->params); i++)
 		free(req->params[i]);
 	free(req->body);
@@ -328,8 +342,14 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 		size_t n = *upload_data_size;
 
 		*upload_data_size = 0;
-		if (req->answered)
-			return MHD_YES; /* discard the rest after an early answer */
+		req->in_body = true;
+		if (req->answered) {
+			/* discard the rest after an early answer, but not forever */
+			req->discarded += n;
+			if (req->discarded > (req->route && req->route->upload ? srv->cfg->max_upload : 16 * (uint64_t)srv->cfg->max_body))
+				return MHD_NO;
+			return MHD_YES;
+		}
 		if (req->route->upload) {
 			if (req->route->upload(req, upload_data, n) < 0 && !req->answered)
 				return api_reply_error(req, 500, API_E_RUNTIME, "upload failed");
@@ -354,6 +374,18 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 		return MHD_YES;
 	}
 
+	if (req->in_body) {
+		req->in_body = false;
+		if (req->pending) {
+			struct MHD_Response *resp = req->pending;
+			enum MHD_Result r;
+
+			req->pending = NULL;
+			r = MHD_queue_response(conn, req->pending_status, resp);
+			MHD_destroy_response(resp);
+			return r;
+		}
+	}
 	if (req->answered)
 		return MHD_YES;
 	return req->route->handler(req);
