@@ -344,12 +344,91 @@ int ovl_copy_up(struct ovl_node *n)
 	return ovl_copy_up_size(n, -1);
 }
 
+static void pool_name(char buf[static 64], uint64_t seq)
+{
+	snprintf(buf, 64, "#draftfs-wh-%llu", (unsigned long long)seq);
+}
+
+static void *whiteout_pool_thread(void *userdata)
+{
+	struct ovl_fs *fs = userdata;
+
+	pthread_mutex_lock(&fs->wh_lock);
+	while (!fs->wh_stop) {
+		char name[64];
+		uint64_t seq;
+
+		if (fs->wh_avail >= OVL_WH_POOL) {
+			pthread_cond_wait(&fs->wh_cond, &fs->wh_lock);
+			continue;
+		}
+		seq = fs->wh_seq++;
+		pthread_mutex_unlock(&fs->wh_lock);
+		pool_name(name, seq);
+		if (mknodat(fs->workwork_fd, name, S_IFCHR | 0, makedev(0, 0)) < 0) {
+			pthread_mutex_lock(&fs->wh_lock);
+			break; /* no whiteouts here: callers fall back to mknod and see the error */
+		}
+		pthread_mutex_lock(&fs->wh_lock);
+		fs->wh_pool[fs->wh_avail++] = seq;
+	}
+	pthread_mutex_unlock(&fs->wh_lock);
+	return NULL;
+}
+
+int ovl_whiteout_pool_start(struct ovl_fs *fs)
+{
+	int r;
+
+	pthread_mutex_init(&fs->wh_lock, NULL);
+	pthread_cond_init(&fs->wh_cond, NULL);
+	r = -pthread_create(&fs->wh_thread, NULL, whiteout_pool_thread, fs);
+	if (r == 0)
+		fs->wh_running = true;
+	return r;
+}
+
+void ovl_whiteout_pool_stop(struct ovl_fs *fs)
+{
+	if (!fs->wh_running)
+		return;
+	pthread_mutex_lock(&fs->wh_lock);
+	fs->wh_stop = true;
+	pthread_cond_signal(&fs->wh_cond);
+	pthread_mutex_unlock(&fs->wh_lock);
+	pthread_join(fs->wh_thread, NULL);
+	fs->wh_running = false;
+	/* The pool's whiteouts stay in work/: cleaned at the next mount. */
+}
+
+/* Moves a pre-made whiteout to work/@tmp. Returns true on success. */
+static bool take_pooled_whiteout(const char *tmp)
+{
+	struct ovl_fs *fs = ovl_fs;
+	char name[64];
+	uint64_t seq;
+
+	if (!fs->wh_running)
+		return false;
+	pthread_mutex_lock(&fs->wh_lock);
+	if (fs->wh_avail == 0) {
+		pthread_mutex_unlock(&fs->wh_lock);
+		return false;
+	}
+	seq = fs->wh_pool[--fs->wh_avail];
+	if (fs->wh_avail < OVL_WH_POOL / 2)
+		pthread_cond_signal(&fs->wh_cond);
+	pthread_mutex_unlock(&fs->wh_lock);
+	pool_name(name, seq);
+	return renameat2(fs->workwork_fd, name, fs->workwork_fd, tmp, RENAME_NOREPLACE) == 0;
+}
+
 int ovl_make_whiteout_tmp(char tmp[static 64], unsigned layer, const struct stat *lower_st)
 {
 	int r;
 
 	ovl_tmp_name(tmp);
-	if (mknodat(ovl_fs->workwork_fd, tmp, S_IFCHR | 0, makedev(0, 0)) < 0)
+	if (!take_pooled_whiteout(tmp) && mknodat(ovl_fs->workwork_fd, tmp, S_IFCHR | 0, makedev(0, 0)) < 0)
 		return -errno;
 	if (lower_st) {
 		char origin[256];

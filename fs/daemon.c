@@ -485,6 +485,11 @@ int ovl_daemon_main(int argc, char **argv)
 		(void)setsid();
 	}
 
+	r = ovl_whiteout_pool_start(fs);
+	if (r < 0) {
+		log_error_errno(r, "cannot start the whiteout pool thread");
+		goto out;
+	}
 	r = ovl_control_start(&fs->layers, &fs->live, &fs->ctl);
 	if (r < 0) {
 		log_error_errno(r, "cannot start the control server in '%s'", fs->ctl_sock_path);
@@ -514,6 +519,7 @@ out:
 		ovl_control_stop(fs->ctl);
 		fs->ctl = NULL;
 	}
+	ovl_whiteout_pool_stop(fs);
 	if (cfg)
 		fuse_loop_cfg_destroy(cfg);
 	if (fs->se) {

@@ -22,6 +22,7 @@
 /* ---------------------------------------------------------------- options */
 
 #define OVL_MAX_LOWER 128
+#define OVL_WH_POOL 256
 
 struct ovl_idmap_range {
 	uint32_t disk; /* id stored in the layers ("container" id in fuse-overlayfs terms) */
@@ -171,6 +172,15 @@ struct ovl_fs {
 	atomic_uint_fast64_t tmp_seq;
 
 	atomic_int_fast64_t used_bytes, used_inodes; /* quota accounting */
+
+	/* Pre-made whiteouts in the work dir (creating one costs a slow mknod). */
+	pthread_mutex_t wh_lock;
+	pthread_cond_t wh_cond;
+	uint64_t wh_pool[OVL_WH_POOL];
+	size_t wh_avail;
+	uint64_t wh_seq;
+	bool wh_stop, wh_running;
+	pthread_t wh_thread;
 
 	struct ovl_layers layers;
 	struct ovl_live live;
@@ -329,6 +339,10 @@ int ovl_node_upper_dup(struct ovl_node *n);
  * NULL) as a temporary in the work dir. Returns 0 and the name in @tmp.
  */
 int ovl_make_whiteout_tmp(char tmp[static 64], unsigned layer, const struct stat *lower_st);
+
+/* Starts/stops the thread that keeps a pool of ready whiteouts in the work dir. */
+int ovl_whiteout_pool_start(struct ovl_fs *fs);
+void ovl_whiteout_pool_stop(struct ovl_fs *fs);
 
 /* Makes a fresh unique temporary name for the work dir. */
 void ovl_tmp_name(char tmp[static 64]);
