@@ -501,6 +501,10 @@ static int parse_one(struct launch_config *c, int opt, const char *v, bool *gid_
 /* Checks combinations and fills in derived defaults. */
 static int finish(struct launch_config *c)
 {
+	if (!c->state_dir && !(c->state_dir = strdup(LAUNCH_DEFAULT_STATE_DIR)))
+		return -ENOMEM;
+	if (!c->runtime_dir && !(c->runtime_dir = strdup(LAUNCH_DEFAULT_RUNTIME_DIR)))
+		return -ENOMEM;
 	if (c->probe)
 		return 0;
 	if (!c->argv || !c->argv[0])
@@ -527,10 +531,6 @@ static int finish(struct launch_config *c)
 		if (!c->cwd)
 			return -ENOMEM;
 	}
-	if (!c->state_dir && !(c->state_dir = strdup(LAUNCH_DEFAULT_STATE_DIR)))
-		return -ENOMEM;
-	if (!c->runtime_dir && !(c->runtime_dir = strdup(LAUNCH_DEFAULT_RUNTIME_DIR)))
-		return -ENOMEM;
 	for (size_t i = 0; i < c->n_exposes; i++)
 		if (strcmp(c->exposes[i].dest, "/") == 0)
 			return log_error_errno(-EINVAL, "cannot expose over '/'");

@@ -257,6 +257,10 @@ static int mount_view(struct run_state *s)
 
 		if (null >= 0)
 			dup2(null, 0), dup2(null, 1);
+		/* the daemon may outlive us (--keep): it must not hold the caller's pipes open */
+		if (syscall(SYS_close_range, 3, ~0U, 0) < 0)
+			for (int fd = 3; fd < 1024; fd++)
+				close(fd);
 		if (c->keep)
 			execl(s->draftfs, "draftfs", "-o", opts, view, (char *)NULL);
 		else
@@ -874,6 +878,12 @@ int launch_main(int argc, char **argv)
 	if (r != 0) {
 		launch_config_free(&c);
 		return r > 0 ? 0 : LAUNCH_EXIT_FAILURE;
+	}
+	/* fds the caller gave us are ours alone: nothing we start inherits them */
+	if (c.json_fd >= 0 && fcntl(c.json_fd, F_SETFD, FD_CLOEXEC) < 0) {
+		log_error_errno(-errno, "bad --json-fd %d", c.json_fd);
+		launch_config_free(&c);
+		return LAUNCH_EXIT_FAILURE;
 	}
 	if (c.verbose)
 		log_set_max_level(LOG_LEVEL_DEBUG);

@@ -1,0 +1,124 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""draftbox-run: resource limits, timeouts, cancel and the exit status."""
+import os
+import signal
+import subprocess
+import time
+
+from launchutil import RUN, TRY, box, procs_of_uid, require_sandbox  # noqa: F401
+
+require_sandbox()
+
+
+def test_exit_status_and_signal_reported(box):
+    r = box.run(["sh", "-c", "echo out; echo err >&2; exit 3"], mode="ro")
+    assert r.rc == 3 and r.json["exit_code"] == 3 and r.json["signal"] is None, r
+    assert r.stdout == b"out\n" and r.stderr == b"err\n"
+    r = box.run(["sh", "-c", "kill -KILL $$"], mode="ro")
+    assert r.rc == 137 and r.json["exit_code"] is None and r.json["signal"] == "SIGKILL", r
+    r = box.run(["sh", "-c", "exit 137"], mode="ro")
+    assert r.rc == 137 and r.json["exit_code"] == 137 and r.json["signal"] is None, r
+    r = box.run(["/nonexistent-command"], mode="ro")
+    assert r.rc == 127 and r.json["exit_code"] == 127, r
+    for k in ["timed_out", "cancelled", "oom_killed", "wall_time_ms", "cpu_time_ms", "peak_memory_bytes"]:
+        assert k in r.json
+
+
+def test_json_on_stdout_after_the_output(box):
+    p = subprocess.run([RUN, "--workspace", box.ws, "--mode", "ro", "--json", "--", "echo", "hello"],
+                       capture_output=True, stdin=subprocess.DEVNULL)
+    lines = p.stdout.decode().splitlines()
+    assert p.returncode == 0 and lines[0] == "hello" and lines[1].startswith('{"exit_code":0'), p
+
+
+def test_fork_bomb_stops_at_pids_limit(box):
+    r = box.run([TRY, "forkbomb", "100000"], "--pids", "64", mode="ro", timeout=120)
+    assert b"errno=EAGAIN" in r.stdout, r
+    n = int(r.stdout.split(b"forkbomb: ")[1].split()[0])
+    assert 0 < n < 64, r
+    assert not procs_of_uid(r.json["uid"])
+
+
+def test_memory_hog_is_oom_killed_and_reported(box):
+    r = box.run([TRY, "memhog", "512"], "--memory", "64M", mode="ro", timeout=120)
+    assert r.json["oom_killed"] is True, r
+    assert r.json["signal"] == "SIGKILL" and r.rc == 137, r
+    assert b"memhog: 512" not in r.stdout
+    assert r.json["peak_memory_bytes"] <= 64 * 1024 * 1024 + (1 << 20)
+
+
+def test_memory_within_limit_is_fine(box):
+    r = box.run([TRY, "memhog", "16"], "--memory", "64M", mode="ro")
+    assert r.rc == 0 and r.json["oom_killed"] is False, r
+    assert r.json["peak_memory_bytes"] >= 16 * 1024 * 1024
+
+
+def test_timeout_kills_stubborn_tree(box):
+    script = ("trap '' INT TERM; "
+              "sh -c \"trap '' INT TERM; sleep 60\" & "
+              "sh -c \"trap '' INT TERM; sleep 60\" & "
+              "echo started; sleep 60")
+    start = time.time()
+    r = box.run(["sh", "-c", script], "--timeout", "1", "--grace", "0.3", mode="ro", timeout=60)
+    took = time.time() - start
+    assert r.rc == 124 and r.json["timed_out"] is True, r
+    assert r.json["signal"] == "SIGKILL", r
+    assert took < 20, took
+    assert b"started" in r.stdout
+    assert not procs_of_uid(r.json["uid"]), "processes survived the timeout"
+
+
+def test_timeout_sigint_is_enough_for_a_polite_command(box):
+    r = box.run(["sleep", "60"], "--timeout", "0.5", "--grace", "5", mode="ro", timeout=60)
+    assert r.rc == 124 and r.json["timed_out"] and r.json["signal"] == "SIGINT", r
+    assert r.json["wall_time_ms"] < 4000
+
+
+def test_cancel_with_sigint(box):
+    r_fd, w_fd = os.pipe()
+    p = subprocess.Popen([RUN, "--workspace", box.ws, "--mode", "ro", "--json-fd", str(w_fd), "--grace", "0.5",
+                          "--", "sh", "-c", "echo up; exec sleep 60"], pass_fds=(w_fd,),
+                         stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    os.close(w_fd)
+    assert p.stdout.readline() == b"up\n"
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=20)
+    import json
+    with os.fdopen(r_fd) as f:
+        res = json.loads(f.read())
+    assert res["cancelled"] is True and res["timed_out"] is False, res
+    assert res["signal"] == "SIGINT" and p.returncode == 130, (res, p.returncode)
+    assert not procs_of_uid(res["uid"])
+
+
+def test_rlimits_applied(box):
+    r = box.run(["sh", "-c", "ulimit -n; ulimit -c; ulimit -f"], "--nofile", "77", "--fsize", "1M", mode="ro")
+    assert r.stdout.split() == [b"77", b"0", b"2048"], r  # ulimit -f is in 512-byte blocks
+
+
+def test_tmp_is_private_and_sized(box):
+    r = box.run(["sh", "-c", "df -k /tmp | tail -1; ls -A /tmp | wc -l"], "--tmp-size", "8M", mode="ro")
+    fields = r.stdout.split()
+    assert int(fields[1]) == 8192, r
+
+
+def test_uid_pool_exhaustion_is_a_clear_error(box):
+    rt = os.path.join(box.dir, "rt")
+    holder = subprocess.Popen([RUN, "--workspace", box.ws, "--mode", "ro", "--runtime-dir", rt,
+                               "--uid-pool", "10990-10990", "--", "sh", "-c", "echo up; exec sleep 30"],
+                              stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        assert holder.stdout.readline() == b"up\n"
+        start = time.time()
+        p = subprocess.run([RUN, "--workspace", box.ws, "--mode", "ro", "--runtime-dir", rt,
+                            "--uid-pool", "10990-10990", "--uid-wait", "0.5", "--", "true"],
+                           capture_output=True, stdin=subprocess.DEVNULL, timeout=30)
+        assert p.returncode == 125 and b"exhausted" in p.stderr, p
+        assert time.time() - start < 10
+    finally:
+        holder.send_signal(signal.SIGTERM)
+        holder.wait(timeout=30)
+    p = subprocess.run([RUN, "--workspace", box.ws, "--mode", "ro", "--runtime-dir", rt,
+                        "--uid-pool", "10990-10990", "--", "id", "-u"], capture_output=True,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 0 and p.stdout == b"10990\n", p
