@@ -1,0 +1,177 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Ownership, ID mapping and inode numbers through a draftfs mount.
+
+Objects created by uid 10001 (a child that setresuid's via setpriv) are
+owned by 10001 in the view and in upper. With an ID mapping, a workspace
+owned by 1000 with 0644 files is writable by uid 10001 through the mount,
+and what 10001 creates lands in upper owned by 1000.
+
+The mapping is written in draftfs's (and fuse-overlayfs') order, disk id
+first: `uidmapping=1000:10001:1` shows disk uid 1000 as 10001 (docs/fs.md,
+"ID mapping"). st_ino stays the same across copy-up and remount and equals
+readdir's d_ino.
+"""
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+import fsutil
+from fsutil import fsenv  # noqa: F401
+
+USER = 10001
+
+
+def as_user(code, *args, uid=USER, gid=USER):
+    r = fsutil.run_as(uid, gid, [sys.executable, "-c", code] + list(args), capture_output=True, timeout=60)
+    assert r.returncode == 0, f"as uid {uid}: {code!r} {args}: rc {r.returncode}: {r.stderr.decode()[-1500:]}"
+    return r.stdout.decode()
+
+
+CREATE = """
+import os, sys
+d = sys.argv[1]
+with open(os.path.join(d, "file"), "w") as f: f.write("mine")
+os.mkdir(os.path.join(d, "dir"))
+os.symlink("file", os.path.join(d, "link"))
+os.mkfifo(os.path.join(d, "fifo"))
+with open(os.path.join(d, "dir", "nested"), "w") as f: f.write("nested")
+"""
+
+
+def owners(root, names):
+    return {n: (os.lstat(os.path.join(root, n)).st_uid, os.lstat(os.path.join(root, n)).st_gid) for n in names}
+
+
+NAMES = ["file", "dir", "link", "fifo", "dir/nested"]
+
+
+def test_created_by_user_owned_by_user(fsenv):
+    fsutil.require_impl()
+    os.chmod(fsenv.base, 0o755)
+    lower = fsenv.dir("lower")
+    os.makedirs(os.path.join(lower, "pub"))
+    os.chmod(os.path.join(lower, "pub"), 0o1777)
+    os.chmod(lower, 0o755)
+    m = fsenv.mount_impl([lower], name="impl")
+    as_user(CREATE, os.path.join(m.path, "pub"))
+    want = {n: (USER, USER) for n in NAMES}
+    assert owners(os.path.join(m.path, "pub"), NAMES) == want, "owners in the view"
+    assert owners(os.path.join(m.upper, "pub"), NAMES) == want, "owners in upper"
+    # the copied-up parent keeps its lower owner and mode
+    st = os.lstat(os.path.join(m.upper, "pub"))
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o1777)
+    # sticky dir: another user cannot remove it, root can chown it
+    r = fsutil.run_as(10002, 10002, ["rm", "-f", os.path.join(m.path, "pub", "file")], capture_output=True)
+    assert r.returncode != 0 and os.path.exists(os.path.join(m.path, "pub", "file"))
+    os.chown(os.path.join(m.path, "pub", "file"), 10003, 10004)
+    assert owners(os.path.join(m.upper, "pub"), ["file"]) == {"file": (10003, 10004)}
+
+
+def test_id_mapping(fsenv):
+    fsutil.require_impl()
+    if fsutil.IMPL == "kernel":
+        pytest.skip("kernel overlayfs has no uidmapping option")
+    os.chmod(fsenv.base, 0o755)
+    ws = fsenv.dir("ws")
+    os.chmod(ws, 0o755)
+    os.makedirs(os.path.join(ws, "src"))
+    for p in ("README", "src/main.c"):
+        with open(os.path.join(ws, p), "w") as f:
+            f.write("original\n")
+        os.chmod(os.path.join(ws, p), 0o644)
+    with open(os.path.join(ws, "rootfile"), "w") as f:
+        f.write("root's\n")
+    os.chmod(os.path.join(ws, "rootfile"), 0o644)
+    for p in ("", "src", "README", "src/main.c"):
+        os.lchown(os.path.join(ws, p), 1000, 1000)
+    upper = fsenv.dir("upper")
+    os.chown(upper, 1000, 1000)  # the view's root takes the upper root's owner, as in kernel overlayfs
+    m = fsenv.mount_impl([ws], upper=upper, name="impl", opts="uidmapping=1000:10001:1,gidmapping=1000:10001:1")
+    st = os.stat(m.path)
+    assert (st.st_uid, st.st_gid) == (USER, USER), "the root dir (upper root, disk 1000) is shown as 10001"
+    st = os.stat(os.path.join(m.path, "README"))
+    assert (st.st_uid, st.st_gid) == (USER, USER), "disk 1000 is shown as 10001"
+    st = os.stat(os.path.join(m.path, "rootfile"))
+    assert (st.st_uid, st.st_gid) == (0, 0), "unmapped ids pass through"
+    as_user("""
+import os, sys
+m = sys.argv[1]
+with open(os.path.join(m, "README"), "a") as f: f.write("more\\n")
+with open(os.path.join(m, "src", "main.c"), "w") as f: f.write("rewritten\\n")
+with open(os.path.join(m, "src", "new.c"), "w") as f: f.write("new\\n")
+os.mkdir(os.path.join(m, "build"))
+os.rename(os.path.join(m, "src", "new.c"), os.path.join(m, "build", "new.c"))
+try:
+    open(os.path.join(m, "rootfile"), "a")
+    sys.exit("wrote a root-owned 0644 file")
+except PermissionError:
+    pass
+""", m.path)
+    with open(os.path.join(m.path, "README")) as f:
+        assert f.read() == "original\nmore\n"
+    for p in ("README", "src/main.c", "build", "build/new.c"):
+        st = os.lstat(os.path.join(m.path, p))
+        assert (st.st_uid, st.st_gid) == (USER, USER), f"view owner of '{p}'"
+        st = os.lstat(os.path.join(m.upper, p))
+        assert (st.st_uid, st.st_gid) == (1000, 1000), f"upper owner of '{p}' is {st.st_uid}:{st.st_gid}"
+    os.chown(os.path.join(m.path, "rootfile"), USER, USER)
+    st = os.lstat(os.path.join(m.upper, "rootfile"))
+    assert (st.st_uid, st.st_gid) == (1000, 1000), "chown to the view id stores the disk id"
+    st = os.lstat(os.path.join(ws, "README"))
+    assert (st.st_uid, st.st_size) == (1000, 9), "the workspace itself is untouched"
+
+
+def dinos(path):
+    with os.scandir(path) as it:
+        return {e.name: e.inode() for e in it}
+
+
+def test_inode_numbers(fsenv):
+    fsutil.require_impl()
+    if fsutil.IMPL == "kernel":
+        pytest.skip("kernel overlayfs with index=off gives copied-up lower hard links new inode numbers")
+    lowers = fsutil.make_standard_lowers(fsenv.dir("layers"))
+    m = fsenv.mount_impl(lowers, name="impl")
+    os.mkdir(os.path.join(m.path, "newdir"))
+    with open(os.path.join(m.path, "newdir", "nf"), "w") as f:
+        f.write("n")
+    dirs = [".", "a", "a/b", "opq", "e", "tofile", "newdir"]
+
+    def check_dino(when):
+        for d in dirs:
+            full = os.path.join(m.path, d)
+            for name, ino in dinos(full).items():
+                st = os.lstat(os.path.join(full, name))
+                assert ino == st.st_ino, f"{when}: d_ino {ino} != st_ino {st.st_ino} for '{d}/{name}'"
+
+    check_dino("before copy-up")
+    names = ["f1", "ro", "a/af", "a/b/bf", "e/ef", "sl_f1", "a", "a/b", "d/hl_f1", "big"]
+    before = {n: os.lstat(os.path.join(m.path, n)).st_ino for n in names}
+    for n in ("f1", "a/b/bf", "big"):
+        with open(os.path.join(m.path, n), "ab") as f:
+            f.write(b"!")
+    os.chmod(os.path.join(m.path, "ro"), 0o400)
+    os.utime(os.path.join(m.path, "a"), ns=(5, 5))
+    os.setxattr(os.path.join(m.path, "a/b"), "user.x", b"1")
+    os.lchown(os.path.join(m.path, "sl_f1"), 0, 0)
+    os.utime(os.path.join(m.path, "sl_f1"), ns=(5, 5), follow_symlinks=False)
+    with open(os.path.join(m.path, "e/ef"), "r+b") as f:
+        f.truncate(1)
+    after = {n: os.lstat(os.path.join(m.path, n)).st_ino for n in names}
+    assert after == before, "st_ino changed across copy-up"
+    check_dino("after copy-up")
+    os.rename(os.path.join(m.path, "f1"), os.path.join(m.path, "a", "f1_moved"))
+    assert os.lstat(os.path.join(m.path, "a", "f1_moved")).st_ino == before["f1"], "st_ino changed across rename"
+    check_dino("after rename")
+    m.stop()
+    m2 = fsenv.mount_impl(lowers, upper=m.upper, work=m.work, name="again")
+    m.path = m2.path
+    moved = dict(before, f1=None)
+    del moved["f1"]
+    again = {n: os.lstat(os.path.join(m2.path, n)).st_ino for n in moved}
+    assert again == moved, "st_ino changed across remount"
+    assert os.lstat(os.path.join(m2.path, "a", "f1_moved")).st_ino == before["f1"]
+    check_dino("after remount")
