@@ -67,6 +67,9 @@ struct commit {
 	/* cache of the last target directory reached */
 	char *dir_path;
 	int dir_fd;
+	/* cache of the last upper directory reached */
+	char *udir_path;
+	int udir_fd;
 	/*
 	 * Directories that replace a non-directory in the target are staged
 	 * under a temp name (from[i] is staged at to[i]) until the apply phase
@@ -74,6 +77,7 @@ struct commit {
 	 */
 	char **remap_from, **remap_to;
 	size_t n_remap;
+	bool recovering; /* temps of an earlier try may be around */
 	cJSON *kept;
 	cJSON *committed;
 };
@@ -179,9 +183,30 @@ static bool xattr_is_refused(const char *item)
 	return strncmp(item, "security.", 9) == 0 || strncmp(item, "trusted.", 8) == 0;
 }
 
+/*
+ * Returns the upper directory fd (cached, do not close) holding @path and
+ * *ret_name, its last component. Never follows a symlink.
+ */
 static int upper_parent(struct commit *cm, const char *path, const char **ret_name)
 {
-	return openat_beneath_parent(cm->env->layers->upper_fd, path, ret_name);
+	const char *slash = strrchr(path, '/');
+	size_t dlen = slash ? (size_t)(slash - path) : 0;
+	_cleanup_free_ char *dir = strndup(path, dlen);
+	int fd;
+
+	if (!dir)
+		return -ENOMEM;
+	*ret_name = slash ? slash + 1 : path;
+	if (cm->udir_path && strcmp(cm->udir_path, dir) == 0)
+		return cm->udir_fd;
+	fd = openat_beneath(cm->env->layers->upper_fd, dir, O_PATH | O_DIRECTORY, 0);
+	if (fd < 0)
+		return fd;
+	free(cm->udir_path);
+	safe_close(cm->udir_fd);
+	cm->udir_path = TAKE_PTR(dir);
+	cm->udir_fd = fd;
+	return fd;
 }
 
 /* Refusals: setuid/setgid, special files, security./trusted. xattrs; and unusable selections. */
@@ -201,8 +226,8 @@ static int check_refusals(struct commit *cm, cJSON **list)
 			add_detail(list, e->path, "device node, FIFO or socket");
 		if (!cm->opts->allow_xattrs && e->new_type != OVL_FT_SYMLINK) {
 			_cleanup_strv_free_ char **x = NULL;
-			_cleanup_close_ int pfd = -1;
 			const char *name;
+			int pfd;
 
 			pfd = upper_parent(cm, e->path, &name);
 			if (pfd >= 0 && ovl_list_xattrs_at(pfd, name, &x) > 0)
@@ -432,8 +457,9 @@ static int copy_xattrs(struct commit *cm, int upfd, const char *uname, int out_f
 static int stage_entry(struct commit *cm, const struct ovl_change *e)
 {
 	_cleanup_free_ char *dir = NULL;
-	_cleanup_close_ int upfd = -1, in = -1, out = -1;
+	_cleanup_close_ int in = -1, out = -1;
 	const char *name, *uname;
+	int upfd;
 	struct stat existing;
 	bool has_existing;
 	char tmp[64];
@@ -498,18 +524,20 @@ static int stage_entry(struct commit *cm, const struct ovl_change *e)
 	}
 
 	tmp_name(tmp, e->path);
-	if (unlinkat(dfd, tmp, 0) < 0 && errno != ENOENT)
+	if (cm->recovering && unlinkat(dfd, tmp, 0) < 0 && errno != ENOENT)
 		return -errno;
 	if (e->new_type == OVL_FT_SYMLINK) {
 		struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, e->new.mtime };
 
-		if (symlinkat(e->new.target, dfd, tmp) < 0)
+		if (symlinkat(e->new.target, dfd, tmp) < 0 &&
+		    (errno != EEXIST || unlinkat(dfd, tmp, 0) < 0 || symlinkat(e->new.target, dfd, tmp) < 0))
 			return -errno;
 		if (fchownat(dfd, tmp, uid, gid, AT_SYMLINK_NOFOLLOW) < 0 ||
 		    utimensat(dfd, tmp, ts, AT_SYMLINK_NOFOLLOW) < 0)
 			return -errno;
 	} else if (e->new_type == OVL_FT_OTHER) {
-		if (mknodat(dfd, tmp, e->new.mode, e->new.rdev) < 0)
+		if (mknodat(dfd, tmp, e->new.mode, e->new.rdev) < 0 &&
+		    (errno != EEXIST || unlinkat(dfd, tmp, 0) < 0 || mknodat(dfd, tmp, e->new.mode, e->new.rdev) < 0))
 			return -errno;
 		if (fchownat(dfd, tmp, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
 			return -errno;
@@ -525,6 +553,8 @@ static int stage_entry(struct commit *cm, const struct ovl_change *e)
 		if (!S_ISREG(ist.st_mode))
 			return -EBUSY; /* replaced under us */
 		out = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (out < 0 && errno == EEXIST && unlinkat(dfd, tmp, 0) == 0) /* left by an earlier failure */
+			out = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 		if (out < 0)
 			return -errno;
 		r = ovl_copy_fd(in, out, (uint64_t)ist.st_size);
@@ -594,6 +624,16 @@ static int apply_entry(struct commit *cm, const struct ovl_change *e)
 		return 0;
 	}
 	tmp_name(tmp, e->path);
+	if (e->old_type != OVL_FT_DIR || e->old_layer != 0) {
+		if (renameat(dfd, tmp, dfd, name) == 0) {
+			ovl_fault_point("rename");
+			return 0;
+		}
+		if (errno == ENOENT)
+			return 0; /* already renamed (recovery) */
+		if (errno != EISDIR && errno != ENOTEMPTY && errno != EEXIST)
+			return -errno;
+	}
 	if (fstatat(dfd, tmp, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : -errno; /* already renamed (recovery) */
 	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
@@ -708,6 +748,21 @@ static int prune_dir(struct commit *cm, const char *dirpath, int ufd, bool prote
 		m = ovl_sel_match(cm->sel, path);
 		if (m == OVL_SEL_NONE)
 			continue;
+		if (m == OVL_SEL_INSIDE && !protected && cm->env->layers->n_lower == 1) {
+			/*
+			 * One lower layer: the target now shows exactly what this
+			 * entry shows (no whiteout or opaque flag is needed any
+			 * more), so the whole entry goes in one rename; the
+			 * unlinks happen in the background after the commit.
+			 */
+			r = ovl_trash_move(cm->env->layers->state_fd, ufd, de->d_name);
+			if (r >= 0) {
+				ovl_fault_point("prune");
+				continue;
+			}
+			if (r != -EXDEV)
+				return r;
+		}
 		if (fstatat(ufd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
 		if (S_ISDIR(st.st_mode)) {
@@ -816,6 +871,7 @@ static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 	r = ovl_journal_remove(l->state_fd);
 	if (r < 0)
 		return ovl_ctl_error(ret_error, r, "io", NULL, "cannot remove the commit journal");
+	ovl_trash_purge(l->state_fd, cm->env->live != NULL);
 	return 0;
 
 fail_staging:
@@ -885,7 +941,8 @@ int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, con
 	if (!committed)
 		return -ENOMEM;
 	cm = (struct commit){ .env = env, .sel = sel, .opts = opts, .target_fd = env->layers->lower_fds[0],
-	                      .dir_fd = -1, .committed = committed };
+	                      .dir_fd = -1, .udir_fd = -1, .committed = committed };
+	cm.recovering = recovering;
 	if (fstat(cm.target_fd, &cm.target_root) < 0)
 		return ovl_ctl_error(ret_error, -errno, "io", NULL, "cannot stat the commit target");
 
@@ -937,6 +994,8 @@ out:
 		live->quiesce(live->userdata, false);
 	kept = cm.kept;
 	remap_done(&cm);
+	free(cm.udir_path);
+	safe_close(cm.udir_fd);
 	free(cm.dir_path);
 	safe_close(cm.dir_fd);
 	if (r < 0)

@@ -76,7 +76,9 @@ static int discard_all(const struct ovl_layers *l)
 	while ((de = readdir(d))) {
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		r = ovl_rm_rf_at(dirfd(d), de->d_name, 0);
+		r = ovl_trash_move(l->state_fd, dirfd(d), de->d_name);
+		if (r == -EXDEV)
+			r = ovl_rm_rf_at(dirfd(d), de->d_name, 0);
 		if (r < 0)
 			return r;
 	}
@@ -152,7 +154,11 @@ int ovl_op_discard(const struct ovl_ctl_env *env, char *const *paths, cJSON **re
 			r = ovl_ctl_error(ret_error, pfd, "io", NULL, "cannot open the upper directory of '%s'", sel.v[i]);
 			goto out;
 		}
-		r = ovl_rm_rf_at(pfd, name, 0);
+		r = ovl_trash_move(l->state_fd, pfd, name);
+		if (r == -EXDEV)
+			r = ovl_rm_rf_at(pfd, name, 0);
+		if (r == -ENOENT)
+			r = 0;
 		if (r < 0) {
 			r = ovl_ctl_error(ret_error, r, "io", NULL, "cannot discard '%s'", sel.v[i]);
 			goto out;
@@ -172,6 +178,7 @@ out:
 	}
 	if (r < 0)
 		return r;
+	ovl_trash_purge(l->state_fd, env->live != NULL);
 	res = cJSON_CreateObject();
 	if (!res)
 		return -ENOMEM;

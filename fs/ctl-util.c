@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 #include <dirent.h>
 #include <sys/xattr.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ctl-client.h"
@@ -243,19 +246,27 @@ int ovl_list_xattrs_at(int dir_fd, const char *entry, char ***ret)
 	ssize_t len;
 
 	proc_entry_path(p, sizeof(p), dir_fd, entry);
-	len = llistxattr(p, NULL, 0);
+	/* one call in the common case (no or few xattrs) */
+	names = malloc(1024);
+	if (!names)
+		return -ENOMEM;
+	len = llistxattr(p, names, 1024);
+	if (len < 0 && errno == ERANGE) {
+		len = llistxattr(p, NULL, 0);
+		if (len > 0) {
+			free(names);
+			names = malloc((size_t)len);
+			if (!names)
+				return -ENOMEM;
+			len = llistxattr(p, names, (size_t)len);
+		}
+	}
 	if (len < 0)
 		return errno == ENOTSUP ? 0 : -errno;
 	if (len == 0) {
 		*ret = NULL;
 		return 0;
 	}
-	names = malloc((size_t)len);
-	if (!names)
-		return -ENOMEM;
-	len = llistxattr(p, names, (size_t)len);
-	if (len < 0)
-		return -errno;
 	for (const char *s = names; s < names + len; s += strlen(s) + 1) {
 		_cleanup_free_ char *val = NULL, *item = NULL;
 		ssize_t vl;
@@ -460,7 +471,11 @@ void ovl_fault_point(const char *what)
 		return;
 	step++;
 	if (strcmp(e, "count") == 0) {
-		fprintf(stderr, "draftfs-fault: step %d %s\n", step, what);
+		struct timespec now;
+
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		fprintf(stderr, "draftfs-fault: step %d %s %lld.%06ld\n", step, what, (long long)now.tv_sec,
+		        now.tv_nsec / 1000);
 		return;
 	}
 	if (sscanf(e, "%15[a-z]:%d:%d", kind, &n, &ms) < 2 || n != step)
@@ -514,3 +529,91 @@ int ovl_rm_rf_at(int dir_fd, const char *name, unsigned depth)
 	return 0;
 }
 
+
+#define TRASH_NAME "trash"
+
+int ovl_trash_move(int state_fd, int dir_fd, const char *name)
+{
+	static atomic_uint counter;
+	_cleanup_close_ int tfd = -1;
+	char dst[64];
+
+	if (state_fd < 0)
+		return -EXDEV;
+	if (mkdirat(state_fd, TRASH_NAME, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	tfd = openat(state_fd, TRASH_NAME, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (tfd < 0)
+		return -errno;
+	snprintf(dst, sizeof(dst), "%d.%u.%ld", (int)getpid(), atomic_fetch_add(&counter, 1), (long)time(NULL));
+	if (renameat(dir_fd, name, tfd, dst) < 0)
+		return -errno;
+	return 0;
+}
+
+/* Removes everything in the trash dir of @state_fd. Takes ownership of @state_fd. */
+static void trash_purge_now(int state_fd)
+{
+	_cleanup_close_ int sfd = state_fd;
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	int fd;
+
+	fd = openat(sfd, TRASH_NAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	d = fdopendir(fd);
+	if (!d) {
+		safe_close(fd);
+		return;
+	}
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+			(void)ovl_rm_rf_at(dirfd(d), de->d_name, 0);
+}
+
+static void *trash_thread(void *arg)
+{
+	trash_purge_now((int)(intptr_t)arg);
+	return NULL;
+}
+
+void ovl_trash_purge(int state_fd, bool threaded)
+{
+	struct stat st;
+	int fd;
+	pid_t pid;
+
+	if (state_fd < 0 || fstatat(state_fd, TRASH_NAME, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return;
+	fd = fcntl(state_fd, F_DUPFD_CLOEXEC, 3);
+	if (fd < 0)
+		return;
+	if (threaded) {
+		pthread_t t;
+		pthread_attr_t attr;
+
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		if (pthread_create(&t, &attr, trash_thread, (void *)(intptr_t)fd) != 0)
+			safe_close(fd);
+		pthread_attr_destroy(&attr);
+		return;
+	}
+	pid = fork();
+	if (pid < 0) {
+		safe_close(fd);
+		return;
+	}
+	if (pid == 0) {
+		/* detach: a grandchild does the work, so nobody has to reap it */
+		if (fork() == 0) {
+			(void)setsid();
+			trash_purge_now(fd);
+			_exit(0);
+		}
+		_exit(0);
+	}
+	safe_close(fd);
+	(void)waitpid(pid, NULL, 0);
+}

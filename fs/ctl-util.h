@@ -133,6 +133,22 @@ int ovl_copy_fd(int in_fd, int out_fd, uint64_t size);
 int ovl_rm_rf_at(int dir_fd, const char *name, unsigned depth);
 
 /*
+ * Moves @name of @dir_fd (an upper entry) into the trash dir "trash" of
+ * state dir @state_fd, which must be on the same file system: removing a
+ * big subtree costs one rename on the critical path, the unlinks happen
+ * later (ovl_trash_purge). Returns 0, -EXDEV when the state dir is on
+ * another file system (the caller removes in place), or -errno.
+ */
+int ovl_trash_move(int state_fd, int dir_fd, const char *name);
+
+/*
+ * Empties the trash in the background: a detached thread when @threaded
+ * (the daemon), else a detached child process (host commands), so the
+ * caller does not wait for thousands of unlinks. Best effort.
+ */
+void ovl_trash_purge(int state_fd, bool threaded);
+
+/*
  * Test hook for crash tests. Each call is one numbered step of a commit.
  * $DRAFTFS_FAULT="exit:N" makes step N _exit(99); "pause:N:MS" sleeps MS
  * milliseconds there; "count" prints each step to stderr. No-op otherwise.
