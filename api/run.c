@@ -289,6 +289,17 @@ static void set_nonblock(int fd)
 		fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
+#define SETUP_GATE_MS 3000
+
+/* The sandbox is up (or gone): mounts may change again. */
+static void setup_done(struct api_run *run)
+{
+	if (run->in_setup) {
+		run->in_setup = false;
+		api_mount_gate_setup_end();
+	}
+}
+
 /* Waits until the session is free and takes it. Returns 0 or -ESRCH (deleted). */
 static int session_acquire(struct api_session *s, struct api_run *run)
 {
@@ -401,9 +412,12 @@ int api_run_start(struct api_session *s, const struct api_run_request *rq, struc
 		goto fail_pipes;
 	}
 	/* fd 3 in the launcher is the JSON result pipe (--json-fd 3) */
+	api_mount_gate_setup_begin();
+	run->in_setup = true;
 	r = api_spawn_full((const char *const *)argv, in[0], out[1], run->stream_stderr ? errp[1] : out[1], js[1],
 			   true, &run->pid);
 	if (r < 0) {
+		setup_done(run);
 		api_error_set(err, r, 503, API_E_UNAVAILABLE, "cannot start draftbox-run: %s", strerror(-r));
 		goto fail_pipes;
 	}
@@ -574,6 +588,8 @@ static int pump_step(struct api_run *run, struct run_proc *p, int client_fd, int
 	uint64_t now = mono_ms();
 	int r, status;
 
+	if (run->in_setup && now - run->start_mono > SETUP_GATE_MS)
+		setup_done(run);
 	if (run->deadline_mono && now > run->deadline_mono && !run->cancel_mono) {
 		log_warning("session %s: run %s outlived its timeout, stopping it", run->s->id, run->id);
 		run->timed_out = true;
@@ -595,7 +611,7 @@ static int pump_step(struct api_run *run, struct run_proc *p, int client_fd, int
 	if (client_fd >= 0)
 		idx_client = (int)n, pfd[n++] = (struct pollfd){ .fd = client_fd, .events = POLLRDHUP };
 
-	r = poll(pfd, n, run->cancel_mono ? MIN(timeout_ms, 500) : timeout_ms);
+	r = poll(pfd, n, run->cancel_mono || run->in_setup ? MIN(timeout_ms, 200) : timeout_ms);
 	if (r < 0 && errno != EINTR)
 		return -errno;
 	if (r <= 0)
@@ -613,6 +629,8 @@ static int pump_step(struct api_run *run, struct run_proc *p, int client_fd, int
 		if (run->code_off >= run->code_len)
 			run->in_fd = safe_close(run->in_fd); /* EOF: bash ends after the last line */
 	}
+	if ((idx_out >= 0 && pfd[idx_out].revents) || (idx_err >= 0 && pfd[idx_err].revents))
+		setup_done(run); /* the command runs: bwrap is done with the mount table */
 	if (idx_out >= 0 && pfd[idx_out].revents) {
 		r = drain_output(run, &run->out_fd, false, out, userdata);
 		if (r < 0)
@@ -640,6 +658,7 @@ check_exit:
 	}
 	if (!p->exited)
 		return 0;
+	setup_done(run);
 	/* the launcher is gone: take what is left in the pipes, then reap it */
 	r = drain_output(run, &run->out_fd, false, out, userdata);
 	if (r < 0)
@@ -651,6 +670,7 @@ check_exit:
 	if (api_wait_pid(run->pid, -1, &status) < 0)
 		status = 0xff00;
 reaped:
+	setup_done(run);
 	__atomic_store_n(&run->pid, 0, __ATOMIC_RELEASE);
 	run->in_fd = safe_close(run->in_fd);
 	if (run->out_fd >= 0)

@@ -38,6 +38,7 @@ struct api_run {
 	uint64_t started_at, finished_at;   /* ms, wall clock */
 	uint64_t start_mono, deadline_mono; /* ms, monotonic; deadline 0 = none */
 	uint64_t cancel_mono;   /* when the cancel began (escalation), 0 = not cancelled */
+	bool in_setup;          /* holds the mount gate until the sandbox is up (first output, exit or 3 s) */
 	/* Protected by the session lock once the run is published. */
 	bool running;
 	int exit_code;          /* -1 until known */

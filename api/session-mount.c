@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/mount.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -140,6 +141,54 @@ static int idmapped_bind(const char *source, const char *target, bool readonly, 
 	return 0;
 }
 
+/*
+ * The mount gate. bwrap binds the host root recursively and then remounts
+ * each submount read-only; a view mounted or unmounted at that moment makes
+ * the remount fail with ENOENT and the sandbox does not start. So mount
+ * changes (writers) wait until no sandbox is being set up (readers), and
+ * sandboxes wait while a mount change is pending.
+ */
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static unsigned gate_readers, gate_writers_waiting;
+static bool gate_writer;
+
+void api_mount_gate_setup_begin(void)
+{
+	pthread_mutex_lock(&gate_lock);
+	while (gate_writer || gate_writers_waiting)
+		pthread_cond_wait(&gate_cond, &gate_lock);
+	gate_readers++;
+	pthread_mutex_unlock(&gate_lock);
+}
+
+void api_mount_gate_setup_end(void)
+{
+	pthread_mutex_lock(&gate_lock);
+	gate_readers--;
+	pthread_cond_broadcast(&gate_cond);
+	pthread_mutex_unlock(&gate_lock);
+}
+
+void api_mount_gate_change_begin(void)
+{
+	pthread_mutex_lock(&gate_lock);
+	gate_writers_waiting++;
+	while (gate_writer || gate_readers)
+		pthread_cond_wait(&gate_cond, &gate_lock);
+	gate_writers_waiting--;
+	gate_writer = true;
+	pthread_mutex_unlock(&gate_lock);
+}
+
+void api_mount_gate_change_end(void)
+{
+	pthread_mutex_lock(&gate_lock);
+	gate_writer = false;
+	pthread_cond_broadcast(&gate_cond);
+	pthread_mutex_unlock(&gate_lock);
+}
+
 bool api_idmap_supported(void)
 {
 	static int cached = -1;
@@ -259,7 +308,19 @@ static int mount_draftfs(struct api_session *s, struct api_error *err)
 	return 0;
 }
 
+static int mount_view_gated(struct api_session *s, struct api_error *err);
+
 int api_mount_view(struct api_session *s, struct api_error *err)
+{
+	int r;
+
+	api_mount_gate_change_begin();
+	r = mount_view_gated(s, err);
+	api_mount_gate_change_end();
+	return r;
+}
+
+static int mount_view_gated(struct api_session *s, struct api_error *err)
 {
 	int r;
 
@@ -276,7 +337,19 @@ int api_mount_view(struct api_session *s, struct api_error *err)
 	return 0;
 }
 
+static int umount_view_gated(const char *view);
+
 int api_umount_view(const char *view)
+{
+	int r;
+
+	api_mount_gate_change_begin();
+	r = umount_view_gated(view);
+	api_mount_gate_change_end();
+	return r;
+}
+
+static int umount_view_gated(const char *view)
 {
 	for (int i = 0; i < 3; i++) {
 		if (umount2(view, UMOUNT_NOFOLLOW) == 0)

@@ -132,5 +132,15 @@ int api_umount_view(const char *view);
 int api_mount_info(const char *path, char **ret_fstype);
 /* Removes the directory tree @name below @dir_fd without following symlinks or crossing mounts. Returns 0 or -errno. */
 int api_rm_rf_at(int dir_fd, const char *name);
+/*
+ * The mount gate (see session-mount.c): a sandbox being set up holds it
+ * shared, a mount or unmount under the state dir holds it exclusively.
+ * Any thread may end what another began.
+ */
+void api_mount_gate_setup_begin(void);
+void api_mount_gate_setup_end(void);
+void api_mount_gate_change_begin(void);
+void api_mount_gate_change_end(void);
+
 /* True if idmapped mounts work on this host (probed once). */
 bool api_idmap_supported(void);

@@ -1,0 +1,89 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""draftboxd restarts: sessions and their changes survive a clean stop and
+a crash; live mounts are re-adopted, dead ones remounted from the upper;
+runs left by a crashed server are killed at start."""
+import os
+import signal
+import threading
+import time
+
+from apiutil import env, mounts_under  # noqa: F401  (fixtures)
+
+S = "/v1/isolated/session"
+
+
+def draftfs_pids(view):
+    pids = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if args and args[0].endswith(b"draftfs") and view.encode() in args:
+            pids.append(int(p))
+    return pids
+
+
+def test_restart_keeps_sessions_and_changes(env):
+    srv = env.server()
+    c = srv.client()
+    ws = env.workspace()
+    sid = c.create(ws, idle_timeout_seconds=3600)
+    sid2 = c.create(env.workspace("ws2"))
+    c.run_ok(sid, "echo kept > kept.txt; echo more >> a.txt")
+    c.run_ok(sid2, "echo two > two.txt")
+    before = c.get(sid).json()
+    srv.stop()
+    view = os.path.join(srv.state, "sessions", sid, "view")
+    view2 = os.path.join(srv.state, "sessions", sid2, "view")
+    assert mounts_under(view) == [view], "a clean stop leaves the mounts for the next start"
+
+    # the draftfs of session 2 dies while the server is down: it must come back from the upper
+    for pid in draftfs_pids(view2):
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(0.3)
+
+    srv.start()
+    c = srv.client()
+    ids = sorted(s["session_id"] for s in c.request("GET", "/v1/isolated/sessions").json()["sessions"])
+    assert ids == sorted([sid, sid2])
+    after = c.get(sid).json()
+    for k in ("created_at", "workspace", "profile", "uid", "gid", "idle_timeout_seconds"):
+        assert after[k] == before[k], k
+    out, _ = c.run_ok(sid, "cat kept.txt a.txt")
+    assert out.split() == ["kept", "hello", "more"]
+    out, _ = c.run_ok(sid2, "cat two.txt")
+    assert out == "two"
+    assert "remounted" in srv.read_log() and "re-adopted" in srv.read_log()
+    d = c.request("GET", f"{S}/{sid}/diff").json()
+    assert {ch["path"] for ch in d["changes"]} == {"kept.txt", "a.txt"}
+    c.delete(sid)
+    c.delete(sid2)
+    assert mounts_under(srv.state) == []
+    srv.stop()
+
+
+def test_crash_kills_orphan_runs(env):
+    srv = env.server()
+    c = srv.client()
+    sid = c.create(env.workspace())
+    view = os.path.join(srv.state, "sessions", sid, "view")
+    t = threading.Thread(target=lambda: c.run(sid, "echo go; sleep 6; echo late > late.txt"), daemon=True)
+    t.start()
+    deadline = time.time() + 20
+    while not os.path.exists(os.path.join(srv.state, "sessions", sid, "run.pid")) and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    srv.stop(sig=signal.SIGKILL, check=False)
+    srv.start()
+    c = srv.client()
+    assert "left by a previous server" in srv.read_log()
+    time.sleep(7)
+    assert not os.path.exists(os.path.join(view, "late.txt")), "the orphan run was not stopped"
+    out, _ = c.run_ok(sid, "echo alive")
+    assert out == "alive"
+    c.delete(sid)
+    srv.stop()
