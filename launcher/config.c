@@ -16,6 +16,9 @@
 #include "log.h"
 #include "macro.h"
 
+/* Logs a command line mistake (no errno text: the message says it all) and returns -EINVAL. */
+#define bad_usage(...) (log_error(__VA_ARGS__), -EINVAL)
+
 void launch_config_init(struct launch_config *c)
 {
 	*c = (struct launch_config){
@@ -249,7 +252,7 @@ static int set_path(char **field, const char *opt, const char *value)
 
 	r = launch_path_normalize(value, &p);
 	if (r < 0)
-		return log_error_errno(-EINVAL, "%s needs an absolute path without '..', got '%s'", opt, value);
+		return bad_usage("%s needs an absolute path without '..', got '%s'", opt, value);
 	free(*field);
 	*field = p;
 	return 0;
@@ -373,7 +376,7 @@ static int parse_one(struct launch_config *c, int opt, const char *v, bool *gid_
 		else if (strcmp(v, "ro") == 0)
 			c->mode = LAUNCH_MODE_RO;
 		else
-			return log_error_errno(-EINVAL, "unknown mode '%s' (overlay, rw or ro)", v);
+			return bad_usage("unknown mode '%s' (overlay, rw or ro)", v);
 		return 0;
 	case OPT_PROFILE:
 		if (strcmp(v, "strict") == 0)
@@ -381,18 +384,18 @@ static int parse_one(struct launch_config *c, int opt, const char *v, bool *gid_
 		else if (strcmp(v, "balanced") == 0)
 			c->profile = LAUNCH_PROFILE_BALANCED;
 		else
-			return log_error_errno(-EINVAL, "unknown profile '%s' (strict or balanced)", v);
+			return bad_usage("unknown profile '%s' (strict or balanced)", v);
 		return 0;
 	case OPT_EXPOSE:
 	case OPT_EXTRA_WRITABLE:
 		if (opt == OPT_EXPOSE) {
 			r = launch_expose_parse(v, &e);
 			if (r < 0)
-				return log_error_errno(r, "bad --expose '%s' (SRC[:DEST][:ro|rw], absolute paths)", v);
+				return bad_usage("bad --expose '%s' (SRC[:DEST][:ro|rw], absolute paths)", v);
 		} else {
 			r = launch_path_normalize(v, &e.src);
 			if (r < 0)
-				return log_error_errno(-EINVAL, "--extra-writable needs an absolute path, got '%s'", v);
+				return bad_usage("--extra-writable needs an absolute path, got '%s'", v);
 			e.dest = strdup(e.src);
 			if (!e.dest) {
 				free(e.src);
@@ -418,28 +421,28 @@ static int parse_one(struct launch_config *c, int opt, const char *v, bool *gid_
 
 		r = launch_path_normalize(v, &p);
 		if (r < 0)
-			return log_error_errno(-EINVAL, "--allow needs an absolute path, got '%s'", v);
+			return bad_usage("--allow needs an absolute path, got '%s'", v);
 		return launch_strv_push(&c->allow, p);
 	}
 	case OPT_UID:
 		if (parse_u64(v, UINT32_MAX - 1, &u) < 0 || u == 0)
-			return log_error_errno(-EINVAL, "bad --uid '%s' (a number, not 0)", v);
+			return bad_usage("bad --uid '%s' (a number, not 0)", v);
 		c->uid = (uid_t)u;
 		c->uid_explicit = true;
 		return 0;
 	case OPT_GID:
 		if (parse_u64(v, UINT32_MAX - 1, &u) < 0 || u == 0)
-			return log_error_errno(-EINVAL, "bad --gid '%s' (a number, not 0)", v);
+			return bad_usage("bad --gid '%s' (a number, not 0)", v);
 		c->gid = (gid_t)u;
 		*gid_set = true;
 		return 0;
 	case OPT_UID_POOL:
 		if (launch_parse_uid_range(v, &c->pool_lo, &c->pool_hi) < 0)
-			return log_error_errno(-EINVAL, "bad --uid-pool '%s' (LO-HI, 0 < LO <= HI)", v);
+			return bad_usage("bad --uid-pool '%s' (LO-HI, 0 < LO <= HI)", v);
 		return 0;
 	case OPT_UID_WAIT:
 		if (launch_parse_seconds(v, &c->uid_wait) < 0)
-			return log_error_errno(-EINVAL, "bad --uid-wait '%s'", v);
+			return bad_usage("bad --uid-wait '%s'", v);
 		return 0;
 	case OPT_ENV_DENY:
 		return launch_strv_push_split(&c->env_deny, v, ',');
@@ -450,48 +453,48 @@ static int parse_one(struct launch_config *c, int opt, const char *v, bool *gid_
 		const char *eq = strchr(v, '=');
 
 		if (!eq || eq == v)
-			return log_error_errno(-EINVAL, "bad --setenv '%s' (K=V)", v);
+			return bad_usage("bad --setenv '%s' (K=V)", v);
 		return launch_strv_push(&c->setenv, v);
 	}
 	case OPT_TIMEOUT:
 		if (launch_parse_seconds(v, &c->timeout) < 0)
-			return log_error_errno(-EINVAL, "bad --timeout '%s' (seconds)", v);
+			return bad_usage("bad --timeout '%s' (seconds)", v);
 		return 0;
 	case OPT_GRACE:
 		if (launch_parse_seconds(v, &c->grace) < 0)
-			return log_error_errno(-EINVAL, "bad --grace '%s' (seconds)", v);
+			return bad_usage("bad --grace '%s' (seconds)", v);
 		return 0;
 	case OPT_CPU:
 		if (launch_parse_seconds(v, &c->cpu) < 0 || c->cpu > 4096)
-			return log_error_errno(-EINVAL, "bad --cpu '%s' (cores)", v);
+			return bad_usage("bad --cpu '%s' (cores)", v);
 		return 0;
 	case OPT_MEMORY:
 		if (launch_parse_size(v, &c->memory) < 0 || (c->memory && c->memory < (4 << 20)))
-			return log_error_errno(-EINVAL, "bad --memory '%s' (bytes, at least 4M, or 0)", v);
+			return bad_usage("bad --memory '%s' (bytes, at least 4M, or 0)", v);
 		return 0;
 	case OPT_FSIZE:
 		if (launch_parse_size(v, &c->fsize) < 0)
-			return log_error_errno(-EINVAL, "bad --fsize '%s' (bytes)", v);
+			return bad_usage("bad --fsize '%s' (bytes)", v);
 		return 0;
 	case OPT_TMP_SIZE:
 		if (launch_parse_size(v, &c->tmp_size) < 0 || c->tmp_size < 4096)
-			return log_error_errno(-EINVAL, "bad --tmp-size '%s' (bytes)", v);
+			return bad_usage("bad --tmp-size '%s' (bytes)", v);
 		return 0;
 	case OPT_PIDS:
 		if (parse_u64(v, 4194304, &c->pids) < 0)
-			return log_error_errno(-EINVAL, "bad --pids '%s'", v);
+			return bad_usage("bad --pids '%s'", v);
 		return 0;
 	case OPT_NOFILE:
 		if (parse_u64(v, 1 << 20, &c->nofile) < 0 || c->nofile < 16)
-			return log_error_errno(-EINVAL, "bad --nofile '%s' (16 or more)", v);
+			return bad_usage("bad --nofile '%s' (16 or more)", v);
 		return 0;
 	case OPT_STDIN_FD:
 		if (parse_fd(v, &c->stdin_fd) < 0)
-			return log_error_errno(-EINVAL, "bad --stdin-fd '%s'", v);
+			return bad_usage("bad --stdin-fd '%s'", v);
 		return 0;
 	case OPT_JSON_FD:
 		if (parse_fd(v, &c->json_fd) < 0 || c->json_fd < 1)
-			return log_error_errno(-EINVAL, "bad --json-fd '%s'", v);
+			return bad_usage("bad --json-fd '%s'", v);
 		c->json = true;
 		return 0;
 	}
@@ -508,24 +511,24 @@ static int finish(struct launch_config *c)
 	if (c->probe)
 		return 0;
 	if (!c->argv || !c->argv[0])
-		return log_error_errno(-EINVAL, "no command given (draftbox-run [OPTIONS] -- COMMAND [ARGS])");
+		return bad_usage("no command given (draftbox-run [OPTIONS] -- COMMAND [ARGS])");
 	if (!c->workspace)
-		return log_error_errno(-EINVAL, "--workspace is required");
+		return bad_usage("--workspace is required");
 	if (c->uid_explicit != (c->gid != (gid_t)-1))
-		return log_error_errno(-EINVAL, "--uid and --gid go together");
+		return bad_usage("--uid and --gid go together");
 	if (c->view && c->mode != LAUNCH_MODE_OVERLAY)
-		return log_error_errno(-EINVAL, "--view only makes sense with --mode overlay");
+		return bad_usage("--view only makes sense with --mode overlay");
 	if (c->view && c->session_dir)
-		return log_error_errno(-EINVAL, "--view and --session-dir exclude each other");
+		return bad_usage("--view and --session-dir exclude each other");
 	if (c->stdin_fd >= 0 && c->input)
-		return log_error_errno(-EINVAL, "--stdin-fd and --input exclude each other");
+		return bad_usage("--stdin-fd and --input exclude each other");
 	if (!c->workspace_dest) {
 		c->workspace_dest = strdup(c->workspace);
 		if (!c->workspace_dest)
 			return -ENOMEM;
 	}
 	if (strcmp(c->workspace_dest, "/") == 0)
-		return log_error_errno(-EINVAL, "--workspace-dest cannot be '/'");
+		return bad_usage("--workspace-dest cannot be '/'");
 	if (!c->cwd) {
 		c->cwd = strdup(c->workspace_dest);
 		if (!c->cwd)
@@ -533,7 +536,7 @@ static int finish(struct launch_config *c)
 	}
 	for (size_t i = 0; i < c->n_exposes; i++)
 		if (strcmp(c->exposes[i].dest, "/") == 0)
-			return log_error_errno(-EINVAL, "cannot expose over '/'");
+			return bad_usage("cannot expose over '/'");
 	return 0;
 }
 
@@ -556,10 +559,10 @@ int launch_parse_args(int argc, char **argv, struct launch_config *c)
 			return 1;
 		case '?':
 			if (optopt)
-				return log_error_errno(-EINVAL, "unknown or incomplete option '%s'", argv[optind - 1]);
-			return log_error_errno(-EINVAL, "unknown option '%s'", argv[optind - 1]);
+				return bad_usage("unknown or incomplete option '%s'", argv[optind - 1]);
+			return bad_usage("unknown option '%s'", argv[optind - 1]);
 		case ':':
-			return log_error_errno(-EINVAL, "option '%s' needs a value", argv[optind - 1]);
+			return bad_usage("option '%s' needs a value", argv[optind - 1]);
 		default:
 			r = parse_one(c, opt, optarg, &gid_set);
 			if (r < 0)
@@ -568,7 +571,7 @@ int launch_parse_args(int argc, char **argv, struct launch_config *c)
 	}
 	if (optind < argc) {
 		if (strcmp(argv[optind - 1], "--") != 0)
-			return log_error_errno(-EINVAL, "unexpected argument '%s' (put the command after '--')", argv[optind]);
+			return bad_usage("unexpected argument '%s' (put the command after '--')", argv[optind]);
 		for (int i = optind; i < argc; i++) {
 			r = launch_strv_push(&c->argv, argv[i]);
 			if (r < 0)

@@ -247,7 +247,7 @@ static int mount_view(struct run_state *s)
 		     (unsigned)s->gid) < 0)
 		return -ENOMEM;
 	if (strchr(c->workspace, ',') || strchr(s->session_dir, ','))
-		return log_error_errno(-EINVAL, "paths with ',' cannot be mounted with draftfs");
+		return (log_error("paths with ',' cannot be mounted with draftfs"), -EINVAL);
 
 	pid = fork();
 	if (pid < 0)
@@ -687,7 +687,7 @@ int launch_run(struct launch_config *c)
 		if (r < 0)
 			goto out;
 		if (!is_fuse_mount(c->view)) {
-			r = log_error_errno(-EINVAL, "view '%s' is not a draftfs mount", c->view);
+			log_error("view '%s' is not a draftfs mount", c->view);
 			goto out;
 		}
 	}
