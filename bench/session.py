@@ -277,7 +277,11 @@ def run_profile(suite, active, wls, args, log):
             for _, argv in w.phases:
                 subprocess.run(argv, cwd=m.root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             perf.send_signal(signal.SIGINT)
-            perf.wait()
+            try:
+                perf.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                perf.kill()
+                perf.wait()
         finally:
             suite.umount(m)
         r = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children", "--sort", "dso,symbol",
@@ -288,6 +292,41 @@ def run_profile(suite, active, wls, args, log):
                             "-g", "none", "--percent-limit", "0.5"], stdout=subprocess.PIPE,
                            stderr=subprocess.DEVNULL, text=True)
         dsos = [x.rstrip(" -") for x in r.stdout.splitlines() if x.strip() and not x.startswith("#")]
-        res[w.name] = {"by_dso": dsos[:8], "top": lines[:25]}
-        log("profile %s:\n  %s\n  %s" % (w.name, "\n  ".join(dsos[:8]), "\n  ".join(lines[:15])))
+        res[w.name] = {"by_dso": dsos[:8], "top": lines[:25], "syscalls": _trace(suite, d, w)}
+        log("profile %s:\n  %s\n  %s\n  syscalls (calls, ms): %s"
+            % (w.name, "\n  ".join(dsos[:8]), "\n  ".join(lines[:15]),
+               ", ".join("%s %d %.0f" % (k, c, ms) for k, c, ms in res[w.name]["syscalls"][:10])))
     return res
+
+
+def _trace(suite, d, w):
+    """Runs @w once more on a fresh mount under `perf trace -s`; returns [(syscall, calls, ms)] summed
+    over the daemon's threads, busiest first."""
+    m = suite.mount(d)
+    out = os.path.join(suite.base, "trace-%s.txt" % w.name)
+    try:
+        _drop()
+        tr = subprocess.Popen(["perf", "trace", "-s", "-p", str(m.pid), "-o", out],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(2)
+        for _, argv in w.phases:
+            subprocess.run(argv, cwd=m.root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        tr.send_signal(signal.SIGINT)
+        try:
+            tr.wait(timeout=20)
+        except subprocess.TimeoutExpired:  # perf trace sometimes spins after SIGINT
+            tr.kill()
+            tr.wait()
+    finally:
+        suite.umount(m)
+    tot = {}
+    try:
+        with open(out) as f:
+            for line in f:
+                p = line.split()
+                if len(p) >= 4 and p[1].isdigit() and p[2].isdigit():
+                    c, ms = tot.get(p[0], (0, 0.0))
+                    tot[p[0]] = (c + int(p[1]), ms + float(p[3]))
+    except OSError:
+        return []
+    return sorted(((k, c, ms) for k, (c, ms) in tot.items()), key=lambda x: -x[2])
