@@ -871,7 +871,7 @@ static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 	r = ovl_journal_remove(l->state_fd);
 	if (r < 0)
 		return ovl_ctl_error(ret_error, r, "io", NULL, "cannot remove the commit journal");
-	ovl_trash_purge(l->state_fd, cm->env->live != NULL);
+	ovl_trash_purge(l->state_fd, cm->env->in_daemon || cm->env->live);
 	return 0;
 
 fail_staging:

@@ -43,6 +43,8 @@ struct ovl_control {
 	int lock_fd;
 	char *socket_path;
 	char *state_path;
+	char *upper_path;
+	char **lower_paths;
 	char *registry_name;
 	pthread_t thread;
 	bool thread_started;
@@ -168,7 +170,9 @@ static void *conn_thread(void *arg)
 	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	r = ovl_proto_recv(fd, &req, &passed);
 	if (r < 0) {
-		(void)ovl_ctl_error(&error, r, "invalid_argument", NULL, "malformed request");
+		(void)ovl_ctl_error(&error, r, r == -EBADMSG ? "invalid_path" : "invalid_argument", NULL,
+		                    r == -EBADMSG ? "malformed request (not one JSON object, or a NUL byte in a string)"
+		                                  : "malformed request");
 	} else {
 		r = dispatch(c, req, passed, &result, &error);
 		if (r < 0 && !error)
@@ -275,7 +279,7 @@ int ovl_control_start(const struct ovl_layers *layers, const struct ovl_live *li
 		return -ENOMEM;
 	c->layers = layers;
 	c->live = *live;
-	c->env = (struct ovl_ctl_env){ .layers = layers, .live = &c->live };
+	c->env = (struct ovl_ctl_env){ .layers = layers, .live = &c->live, .in_daemon = true };
 	c->listen_fd = c->lock_fd = c->stop_pipe[0] = c->stop_pipe[1] = -1;
 	pthread_mutex_init(&c->op_lock, NULL);
 	pthread_mutex_init(&c->count_lock, NULL);
@@ -292,6 +296,13 @@ int ovl_control_start(const struct ovl_layers *layers, const struct ovl_live *li
 	if (r < 0)
 		goto fail;
 	c->env.state_path = c->state_path;
+	if (fd_path(layers->upper_fd, &c->upper_path) >= 0)
+		c->env.upper_path = c->upper_path;
+	c->lower_paths = calloc(layers->n_lower + 1, sizeof(char *));
+	for (size_t i = 0; c->lower_paths && i < layers->n_lower; i++)
+		if (fd_path(layers->lower_fds[i], &c->lower_paths[i]) < 0)
+			break;
+	c->env.lower_paths = c->lower_paths;
 	if (asprintf(&c->socket_path, "%s/" OVL_CTL_SOCKET_NAME, c->state_path) < 0) {
 		r = -ENOMEM;
 		goto fail;
@@ -350,6 +361,8 @@ void ovl_control_stop(struct ovl_control *c)
 	safe_close(c->lock_fd);
 	free(c->socket_path);
 	free(c->state_path);
+	free(c->upper_path);
+	strv_free(c->lower_paths);
 	free(c->registry_name);
 	pthread_mutex_destroy(&c->op_lock);
 	pthread_mutex_destroy(&c->count_lock);

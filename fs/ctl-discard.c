@@ -178,7 +178,7 @@ out:
 	}
 	if (r < 0)
 		return r;
-	ovl_trash_purge(l->state_fd, env->live != NULL);
+	ovl_trash_purge(l->state_fd, env->in_daemon || env->live);
 	res = cJSON_CreateObject();
 	if (!res)
 		return -ENOMEM;

@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <sys/xattr.h>
 #include <time.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -608,8 +609,14 @@ void ovl_trash_purge(int state_fd, bool threaded)
 	if (pid == 0) {
 		/* detach: a grandchild does the work, so nobody has to reap it */
 		if (fork() == 0) {
+			int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+			/* hold nothing of the caller's: no session lock, no pipe a caller waits on */
 			(void)setsid();
-			trash_purge_now(fd);
+			if (null < 0 || dup2(fd, 3) < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
+				_exit(1);
+			(void)syscall(SYS_close_range, 4U, ~0U, 0U);
+			trash_purge_now(3);
 			_exit(0);
 		}
 		_exit(0);

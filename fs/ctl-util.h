@@ -40,6 +40,8 @@ struct ovl_ctl_env {
 	const char *upper_path;
 	char **lower_paths;
 	const char *state_path;
+	/* running inside the daemon (threads for background work, never fork) */
+	bool in_daemon;
 };
 
 /*

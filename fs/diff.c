@@ -575,7 +575,8 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 				r = set_new(c, &ust, ufd, name);
 			c->new_type = OVL_FT_NONE;
 			free(c->new.target);
-			c->new = (struct ovl_meta){ 0 };
+			/* keep when the session deleted it (the whiteout's ctime), for conflict checks */
+			c->new = (struct ovl_meta){ .ctime = ust.st_ctim };
 			if (r < 0)
 				return r;
 		}

@@ -188,7 +188,7 @@ int ovl_op_recover(const struct ovl_ctl_env *env, cJSON **ret_result, cJSON **re
 
 int ovl_journal_recover(const struct ovl_layers *layers)
 {
-	struct ovl_ctl_env env = { .layers = layers };
+	struct ovl_ctl_env env = { .layers = layers, .in_daemon = true };
 	_cleanup_json_ cJSON *err = NULL, *res = NULL;
 	_cleanup_close_ int lock = -1;
 	const char *msg = NULL;

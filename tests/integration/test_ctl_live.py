@@ -1,0 +1,295 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""The control plane on live draftfs mounts: diff/commit/discard/status
+through the control socket, the view staying the same across a commit,
+discard reverting at once, commit and diff while a process keeps writing,
+a daemon killed in the middle of a commit, bad requests on the socket, and
+a commit in one mount seen at once by another mount of the same workspace."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from ctlutil import Session, draftfs_bin, snapshot, umount
+
+
+def is_mounted(path):
+    path = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == path for line in f)
+
+
+class Live:
+    """A draftfs daemon (-f) over the layers of a Session, at @mnt."""
+
+    def __init__(self, s, upper=None, work=None, mnt=None, env=None):
+        self.s = s
+        self.upper = upper or s.upper
+        self.work = work or s.work
+        self.mnt = mnt or s.mnt
+        os.makedirs(self.mnt, exist_ok=True)
+        e = dict(os.environ)
+        e.update(env or {})
+        opts = "lowerdir=%s,upperdir=%s,workdir=%s" % (":".join(s.lowers), self.upper, self.work)
+        self.errf = open(self.mnt.rstrip("/") + ".stderr", "wb")
+        self.proc = subprocess.Popen([draftfs_bin(), "-f", "-o", opts, self.mnt], stdin=subprocess.DEVNULL,
+                                     stdout=self.errf, stderr=self.errf, env=e)
+        deadline = time.monotonic() + 20
+        while not is_mounted(self.mnt):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("draftfs did not mount: %s" % self.stderr())
+            time.sleep(0.02)
+        # the control socket comes up right after the mount
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            try:
+                os.getxattr(self.mnt, "trusted.draftbox.control")
+                if os.path.exists(self.socket()):
+                    break
+            except OSError:
+                pass
+            time.sleep(0.02)
+
+    def stderr(self):
+        with open(self.mnt.rstrip("/") + ".stderr", "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def socket(self):
+        return os.getxattr(self.mnt, "trusted.draftbox.control").decode()
+
+    def run(self, verb, *extra, check=True, binary=False, env=None):
+        e = dict(os.environ)
+        e.update(env or {})
+        p = subprocess.run([draftfs_bin(), verb, self.mnt] + list(extra), capture_output=True, timeout=120, env=e)
+        if check and p.returncode != 0:
+            raise AssertionError("draftfs %s failed (%d): %s" % (verb, p.returncode, p.stderr.decode(errors="replace")))
+        if not binary:
+            p.stdout = p.stdout.decode(errors="surrogateescape")
+        p.stderr = p.stderr.decode(errors="replace")
+        return p
+
+    def changes(self, *paths):
+        return {c["path"]: c for c in json.loads(self.run("diff", *paths).stdout)["changes"]}
+
+    def stop(self):
+        if is_mounted(self.mnt):
+            umount(self.mnt)
+        if self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.errf.close()
+
+
+@pytest.fixture
+def live():
+    s = Session()
+    draftfs_bin()
+    mounts = []
+
+    def start(**kw):
+        m = Live(s, **kw)
+        mounts.append(m)
+        return m
+    try:
+        yield s, start
+    finally:
+        for m in reversed(mounts):
+            m.stop()
+        s.close()
+
+
+def populate(low):
+    os.makedirs(os.path.join(low, "src"))
+    with open(os.path.join(low, "src/a.c"), "w") as f:
+        f.write("int a;\n")
+    with open(os.path.join(low, "README"), "w") as f:
+        f.write("readme\n")
+    os.makedirs(os.path.join(low, "old/deep"))
+    with open(os.path.join(low, "old/deep/x"), "w") as f:
+        f.write("x\n")
+
+
+def test_live_diff_commit_discard(live):
+    s, start = live
+    populate(s.lower)
+    m = start()
+    mp = m.mnt
+    with open(os.path.join(mp, "src/a.c"), "a") as f:
+        f.write("int b;\n")
+    with open(os.path.join(mp, "src/new.c"), "w") as f:
+        f.write("new\n")
+    subprocess.run(["rm", "-rf", os.path.join(mp, "old")], check=True)
+    with open(os.path.join(mp, "README"), "w") as f:
+        f.write("changed readme\n")
+    ch = m.changes()
+    assert ch["src/a.c"]["status"] == "modified" and ch["src/new.c"]["status"] == "added"
+    assert ch["old"]["status"] == "deleted" and ch["old/deep/x"]["status"] == "deleted"
+    st = json.loads(m.run("status").stdout)
+    assert st["mounted"] and st["journal"] == "none" and st["summary"]["total"] == len(ch)
+    # the patch applies to a copy of the workspace
+    patch = m.run("diff", "--format", "patch", binary=True).stdout
+    assert b"src/new.c" in patch
+    view_before = snapshot(mp)
+    out = json.loads(m.run("commit", "src", "old").stdout)
+    assert "src/new.c" in out["committed"]
+    assert snapshot(mp) == view_before
+    assert open(os.path.join(s.lower, "src/a.c")).read() == "int a;\nint b;\n"
+    assert not os.path.exists(os.path.join(s.lower, "old"))
+    assert set(m.changes()) == {"README"}
+    # discard reverts the view at once
+    with open(os.path.join(mp, "README")) as f:
+        assert f.read() == "changed readme\n"
+    m.run("discard", "README")
+    with open(os.path.join(mp, "README")) as f:
+        assert f.read() == "readme\n"
+    assert m.changes() == {}
+    # absolute paths below the mountpoint are accepted, others refused
+    with open(os.path.join(mp, "z"), "w") as f:
+        f.write("z")
+    assert set(m.changes(os.path.join(mp, "z"))) == {"z"}
+    p = m.run("diff", "/etc/passwd", check=False)
+    assert p.returncode == 2 and "outside the mount" in p.stderr
+
+
+def test_live_commit_while_writing(live):
+    """A writer keeps rewriting files with one repeated byte; whatever the
+    commit and the diff capture must be one of the writer's versions."""
+    s, start = live
+    m = start()
+    path = os.path.join(m.mnt, "busy.bin")
+    size = 256 * 1024
+    with open(path, "wb") as f:
+        f.write(b"a" * size)
+    stop = threading.Event()
+
+    def writer():
+        n = 0
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            while not stop.is_set():
+                c = bytes([ord("a") + n % 26])
+                # one version = size bytes of one letter, written in 4 KiB pieces
+                for off in range(0, size, 4096):
+                    os.pwrite(fd, c * 4096, off)
+                n += 1
+        finally:
+            os.close(fd)
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        for i in range(5):
+            tar = m.run("diff", "--format", "tar", binary=True)
+            assert tar.returncode == 0
+            m.run("commit", "--force")
+            with open(os.path.join(s.lower, "busy.bin"), "rb") as f:
+                data = f.read()
+            assert len(data) == size
+            # quiesce holds writers between FUSE requests, so a version may be
+            # mid-way (4 KiB granularity) but never torn inside a request
+            letters = []
+            for off in range(0, size, 4096):
+                chunk = data[off:off + 4096]
+                assert chunk == chunk[:1] * 4096, "torn write at %d" % off
+                if not letters or letters[-1] != chunk[:1]:
+                    letters.append(chunk[:1])
+            # one instant of the file: the writer's current pass over its previous one
+            assert len(letters) <= 2, letters
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_live_bad_requests(live):
+    s, start = live
+    m = start()
+    sock = m.socket()
+
+    def call(raw):
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.settimeout(10)
+        c.connect(sock)
+        c.sendall(raw)
+        c.shutdown(socket.SHUT_WR)
+        data = b""
+        while not data.endswith(b"\n"):
+            b = c.recv(65536)
+            if not b:
+                break
+            data += b
+        c.close()
+        return json.loads(data)
+    r = call(b'{"op":"status"}\n')
+    assert r["ok"] and r["result"]["mounted"]
+    r = call(b'{"op":"diff","paths":["a\\u0000b"]}\n')
+    assert not r["ok"] and "NUL" in r["error"]["error"]
+    r = call(b'{"op":"commit","paths":["../etc"]}\n')
+    assert not r["ok"] and r["error"]["code"] == "invalid_path"
+    r = call(b'{"op":"commit","paths":["/etc"]}\n')
+    assert not r["ok"] and r["error"]["code"] == "invalid_path"
+    r = call(b'{"op":"frobnicate"}\n')
+    assert not r["ok"] and "unknown operation" in r["error"]["error"]
+    r = call(b'not json\n')
+    assert not r["ok"]
+    r = call(b'{"op":"diff","format":"json"}\n')
+    assert not r["ok"] and "fd" in r["error"]["error"]
+    r = call(b'{"op":"commit","paths":"x"}\n')
+    assert not r["ok"] and r["error"]["code"] == "invalid_argument"
+    # the daemon is still fine
+    assert call(b'{"op":"status"}\n')["ok"]
+
+
+def test_live_kill_during_commit_recovers_at_start(live):
+    s, start = live
+    populate(s.lower)
+    m = start(env={"DRAFTFS_FAULT": "exit:6"})
+    for i in range(8):
+        with open(os.path.join(m.mnt, "src/f%d" % i), "w") as f:
+            f.write("v2 %d\n" % i)
+    os.unlink(os.path.join(m.mnt, "README"))
+    want = snapshot(m.mnt)
+    p = m.run("commit", check=False)
+    assert p.returncode != 0  # the daemon died under it
+    m.proc.wait(timeout=30)
+    assert m.proc.returncode == 99
+    umount(m.mnt)
+    assert os.path.exists(os.path.join(s.work, "draftfs", "commit.journal"))
+    m2 = start()  # the next start finishes the commit before going live
+    assert not os.path.exists(os.path.join(s.work, "draftfs", "commit.journal"))
+    assert snapshot(m2.mnt) == want
+    assert snapshot(s.lower) == want
+    assert m2.changes() == {}
+
+
+def test_cross_mount_invalidate(live):
+    s, start = live
+    populate(s.lower)
+    a = start()
+    upper_b = os.path.join(s.root, "upper_b")
+    work_b = os.path.join(s.root, "work_b")
+    os.makedirs(upper_b)
+    os.makedirs(work_b)
+    b = start(upper=upper_b, work=work_b, mnt=os.path.join(s.root, "mnt_b"))
+    # B reads (and caches) the file; A changes and commits it
+    assert open(os.path.join(b.mnt, "README")).read() == "readme\n"
+    os.listdir(os.path.join(b.mnt, "src"))
+    with open(os.path.join(a.mnt, "README"), "w") as f:
+        f.write("from A\n")
+    with open(os.path.join(a.mnt, "src/added.c"), "w") as f:
+        f.write("added\n")
+    out = json.loads(a.run("commit").stdout)
+    assert out["invalidated_mounts"] >= 1
+    assert open(os.path.join(b.mnt, "README")).read() == "from A\n"
+    assert "added.c" in os.listdir(os.path.join(b.mnt, "src"))
+    # a path B changed itself keeps B's version
+    with open(os.path.join(b.mnt, "src/a.c"), "w") as f:
+        f.write("B's\n")
+    with open(os.path.join(a.mnt, "src/a.c"), "w") as f:
+        f.write("A's\n")
+    a.run("commit")
+    assert open(os.path.join(b.mnt, "src/a.c")).read() == "B's\n"
