@@ -168,6 +168,8 @@ def main():
     ap.add_argument("--profile", action="store_true", help="also perf-record the draftfs daemon (see docs)")
     ap.add_argument("--profile-impl", default="draftfs", help="which FUSE daemon --profile records")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="make -j for the build")
+    ap.add_argument("--max-minutes", type=float,
+                    help="start no new repetition once the projected end would pass this budget")
     ap.add_argument("--timeout", type=int, default=900, help="per-phase timeout in seconds")
     args = ap.parse_args()
 
@@ -255,7 +257,15 @@ def main():
         log("%d workloads x %d implementations (%s) x %d repetitions, scale %g"
             % (len(wls), len(active), ",".join(i.name for i in active), reps, scale))
         k = 0
+        t_reps = time.monotonic()
         for rep in range(reps):
+            if rep and args.max_minutes:
+                per = (time.monotonic() - t_reps) / rep
+                if time.monotonic() - t_start + per > args.max_minutes * 60:
+                    log("stopping after %d repetitions: another one would pass --max-minutes %g"
+                        % (rep, args.max_minutes))
+                    res["reps_done"] = rep
+                    break
             for wi, w in enumerate(wls):
                 # Rotate the order so no implementation always runs first.
                 shift = (rep + wi) % len(active)

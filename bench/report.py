@@ -137,7 +137,7 @@ def render_text(res, s):
     out.append("draftbox bench, %s, %s" % (res["started"], res["machine"]))
     out.append("scale %g, %d repetitions, lower: %d entries + big.bin %d MiB; %.0fs total; "
                "load avg at start/end %.1f/%.1f"
-               % (res["scale"], res["reps"], man["entries"], man["sizes"]["big_bytes"] >> 20,
+               % (res["scale"], res.get("reps_done", res["reps"]), man["entries"], man["sizes"]["big_bytes"] >> 20,
                   res.get("seconds", 0), res["load"][0][0], res["load"][-1][0]))
     for i, why in res["unavailable"].items():
         out.append("%s: %s" % (i, why))
@@ -212,7 +212,7 @@ def render_markdown(res, s):
     out.append("Run %s on %s. Scale %g (%d entries in the lower, big.bin %d MiB), %d repetitions, "
                "%.0f s in total; load average %.1f at the start, %.1f at the end."
                % (res["started"], res["machine"], res["scale"], man["entries"], man["sizes"]["big_bytes"] >> 20,
-                  res["reps"], res.get("seconds", 0), res["load"][0][0], res["load"][-1][0]))
+                  res.get("reps_done", res["reps"]), res.get("seconds", 0), res["load"][0][0], res["load"][-1][0]))
     out.append("")
     for i, why in res["unavailable"].items():
         out.append("- %s: %s" % (i, why))
