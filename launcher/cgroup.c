@@ -414,6 +414,47 @@ int launch_cgroup_attach(const struct launch_cgroup *cg, pid_t pid)
 	return 0;
 }
 
+/* Moves @pid and, after that, every descendant it has already forked. */
+static int attach_walk(const struct launch_cgroup *cg, pid_t pid, unsigned depth)
+{
+	_cleanup_free_ char *kids = NULL;
+	char path[96];
+	size_t n;
+	int r, fd;
+
+	r = launch_cgroup_attach(cg, pid);
+	if (r == -ESRCH)
+		return 0; /* already gone */
+	if (r < 0)
+		return r;
+	if (depth > 16)
+		return -ELOOP;
+	/* read after the move: a child forked later was born in the cgroup */
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	r = read_full_fd(fd, 1 << 16, &kids, &n);
+	close(fd);
+	if (r < 0)
+		return r;
+	for (char *p = kids, *end; *p; p = end) {
+		long child = strtol(p, &end, 10);
+
+		if (end == p)
+			break;
+		r = attach_walk(cg, (pid_t)child, depth + 1);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+int launch_cgroup_attach_tree(const struct launch_cgroup *cg, pid_t pid)
+{
+	return attach_walk(cg, pid, 0);
+}
+
 /* The directory whose cgroup.procs lists every member. */
 static const char *members_dir(const struct launch_cgroup *cg)
 {
@@ -531,6 +572,21 @@ int launch_cgroup_kill_all(const struct launch_cgroup *cg, unsigned timeout_ms)
 	}
 }
 
+bool launch_cgroup_wait_empty(const struct launch_cgroup *cg, unsigned timeout_us)
+{
+	pid_t pids[16];
+	unsigned waited = 0;
+
+	for (;;) {
+		if (members(cg, pids, (int)ARRAY_SIZE(pids)) <= 0)
+			return true;
+		if (waited >= timeout_us)
+			return false;
+		usleep(100);
+		waited += 100;
+	}
+}
+
 void launch_cgroup_stats(const struct launch_cgroup *cg, uint64_t *peak_bytes, uint64_t *oom_kills, uint64_t *cpu_ns)
 {
 	if (cg->v2_path) {
@@ -551,7 +607,7 @@ void launch_cgroup_destroy(struct launch_cgroup *cg)
 	if (!cg)
 		return;
 	dirs_of(cg, dirs);
-	if (dirs[0])
+	if (dirs[0] && !launch_cgroup_wait_empty(cg, 0))
 		(void)launch_cgroup_kill_all(cg, 2000);
 	for (size_t i = 0; dirs[i]; i++)
 		for (int tries = 0; tries < 100; tries++) {
@@ -559,7 +615,7 @@ void launch_cgroup_destroy(struct launch_cgroup *cg)
 				break;
 			if (errno != EBUSY)
 				break;
-			sleep_ms(2);
+			usleep(200);
 		}
 	free(cg->v2_path);
 	free(cg->v1_pids);

@@ -18,11 +18,13 @@
  *      bwrap folds a signal into 128+N.
  *
  * Usage (only draftbox-run calls it):
- *   draftbox-exec UID GID STATUS_FD NOFILE FSIZE HOME -- COMMAND [ARGS...]
+ *   draftbox-exec UID GID STATUS_FD NOFILE FSIZE HOME GO_FD -- COMMAND [ARGS...]
  * FSIZE 0 means unlimited. HOME is "-", or a dir on a sandbox-private
  * tmpfs in which to create home/ tmp/ config/ cache/ state/ data/ owned by
  * UID (an ephemeral home for runs without --home-dir: nothing to clean up
- * on the host).
+ * on the host). GO_FD is a barrier: the helper waits for one byte on it
+ * before doing anything, so draftbox-run can finish moving the sandbox
+ * into its cgroup while bwrap sets up (EOF: the launcher is gone, exit).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -41,6 +43,15 @@
 #include <unistd.h>
 
 #define EXIT_SETUP 125
+
+#define RETRY(expr)                                   \
+	({                                            \
+		long _r;                              \
+		do                                    \
+			_r = (long)(expr);            \
+		while (_r < 0 && errno == EINTR);     \
+		_r;                                   \
+	})
 
 static int status_fd = -1;
 
@@ -187,7 +198,7 @@ int main(int argc, char **argv)
 	pid_t pid;
 	ssize_t n;
 
-	if (argc < 9 || strcmp(argv[7], "--") != 0) {
+	if (argc < 10 || strcmp(argv[8], "--") != 0) {
 		fprintf(stderr, "draftbox-exec: only draftbox-run runs this\n");
 		return EXIT_SETUP;
 	}
@@ -199,6 +210,14 @@ int main(int argc, char **argv)
 	nofile = parse_num(argv[4]);
 	fsize = parse_num(argv[5]);
 
+	{
+		int go = (int)parse_num(argv[7]);
+		char b;
+
+		if (RETRY(read(go, &b, 1)) != 1)
+			fail("draftbox-run went away before the start", EXIT_SETUP);
+		close(go);
+	}
 	make_home(argv[6], uid, gid);
 	drop(uid, gid);
 	verify(uid, gid);
@@ -231,7 +250,7 @@ int main(int argc, char **argv)
 			goto child_fail;
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
-		execvp(argv[8], argv + 8);
+		execvp(argv[9], argv + 9);
 child_fail:
 		err = errno;
 		(void)!write(errpipe[1], &err, sizeof(err));
@@ -253,7 +272,7 @@ child_fail:
 			fail("cannot wait for the command", EXIT_SETUP);
 	if (n == (ssize_t)sizeof(err)) {
 		report('E', err);
-		fprintf(stderr, "draftbox-exec: cannot run '%s': %s\n", argv[8], strerror(err));
+		fprintf(stderr, "draftbox-exec: cannot run '%s': %s\n", argv[9], strerror(err));
 		return err == ENOENT ? 127 : 126;
 	}
 	if (WIFSIGNALED(st)) {

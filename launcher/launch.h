@@ -211,10 +211,20 @@ enum launch_cgroup_version launch_cgroup_detect(void);
 int launch_cgroup_create(const struct launch_config *c, const char *name, struct launch_cgroup *ret);
 /* Moves @pid into the cgroup (all hierarchies). Returns 0 or -errno. */
 int launch_cgroup_attach(const struct launch_cgroup *cg, pid_t pid);
+/*
+ * Moves @pid and every process it has forked so far (recursively, through
+ * /proc/PID/task/PID/children) into the cgroup. Each process is moved
+ * before its children are listed, so none can escape by forking
+ * meanwhile. For a tree that is held at a barrier while this runs.
+ * Returns 0 or -errno.
+ */
+int launch_cgroup_attach_tree(const struct launch_cgroup *cg, pid_t pid);
 /* Sends @sig to every process in the cgroup whose uid is not 0 (the sandboxed ones). Returns how many. */
 int launch_cgroup_signal_sandboxed(const struct launch_cgroup *cg, int sig);
 /* Kills everything in the cgroup (freezing it first) until it is empty or @timeout_ms passes. Returns 0 or -EBUSY. */
 int launch_cgroup_kill_all(const struct launch_cgroup *cg, unsigned timeout_ms);
+/* Waits (polling) up to @timeout_us for the cgroup to empty by itself. True if it did. */
+bool launch_cgroup_wait_empty(const struct launch_cgroup *cg, unsigned timeout_us);
 /* Reads peak memory, OOM kills and CPU usage. Missing values are left 0. */
 void launch_cgroup_stats(const struct launch_cgroup *cg, uint64_t *peak_bytes, uint64_t *oom_kills, uint64_t *cpu_ns);
 /* Kills what is left, removes the cgroup dirs and frees @cg. Accepts an empty one. */
@@ -230,6 +240,7 @@ struct launch_plan {
 	const char *helper;       /* host path of draftbox-exec */
 	int seccomp_fd;
 	int status_fd;            /* helper -> launcher status pipe, write end */
+	int go_fd;                /* launcher -> helper barrier, read end */
 	uid_t uid;
 	gid_t gid;
 	char **hide;              /* extra dirs to hide with a tmpfs (session dir) */

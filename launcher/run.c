@@ -402,7 +402,7 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 	_cleanup_free_ char **bargv = NULL;
 	char **cmd = NULL;
 	_cleanup_close_ int args_fd = -1, sfd = -1, pidfd = -1;
-	int status_pipe[2] = { -1, -1 }, err_pipe[2] = { -1, -1 };
+	int status_pipe[2] = { -1, -1 }, err_pipe[2] = { -1, -1 }, go_pipe[2] = { -1, -1 };
 	struct launch_plan plan = {
 		.ws_source = s->view ? s->view : (c->view ? c->view : c->workspace),
 		.home_root = s->home_root,
@@ -423,11 +423,12 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 	int r, st, child_err = 0;
 	ssize_t n;
 
-	if (pipe2(status_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0) {
+	if (pipe2(status_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 || pipe2(go_pipe, O_CLOEXEC) < 0) {
 		r = log_error_errno(-errno, "cannot create pipes");
 		goto out;
 	}
 	plan.status_fd = status_pipe[1];
+	plan.go_fd = go_pipe[0];
 	r = launch_bwrap_args(c, &plan, &args);
 	if (r < 0) {
 		log_error_errno(r, "cannot build the bwrap command line");
@@ -479,13 +480,13 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 		signal(SIGPIPE, SIG_DFL);
 		if (dup2(stdin_fd, 0) < 0)
 			goto child_fail;
-		if (clear_cloexec(args_fd) < 0 || clear_cloexec(seccomp_fd) < 0 || clear_cloexec(status_pipe[1]) < 0)
+		if (clear_cloexec(args_fd) < 0 || clear_cloexec(seccomp_fd) < 0 || clear_cloexec(status_pipe[1]) < 0 ||
+		    clear_cloexec(go_pipe[0]) < 0)
 			goto child_fail;
 		for (size_t i = 0; i < c->n_exposes; i++)
 			if (clear_cloexec(c->exposes[i].fd) < 0)
 				goto child_fail;
-		if (launch_cgroup_attach(&s->cg, getpid()) < 0)
-			goto child_fail;
+		/* the cgroup move happens in the parent, while bwrap sets up; the helper waits for it */
 		execve(s->bwrap, bargv, s->env);
 child_fail:
 		e = errno ? errno : EIO;
@@ -496,6 +497,27 @@ child_fail:
 	err_pipe[1] = -1;
 	close(status_pipe[1]);
 	status_pipe[1] = -1;
+	close(go_pipe[0]);
+	go_pipe[0] = -1;
+	/*
+	 * Moving a process between cgroups costs an RCU grace period on v1
+	 * (milliseconds): do it now, while bwrap execs and builds the
+	 * sandbox, and only then let the helper start the command.
+	 */
+	r = launch_cgroup_attach_tree(&s->cg, pid);
+	if (r < 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		log_error_errno(r, "cannot move the sandbox into its cgroup");
+		goto out_mask;
+	}
+	if (write(go_pipe[1], "g", 1) != 1 && errno != EPIPE) {
+		r = log_error_errno(-errno, "cannot start the sandbox");
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		goto out_mask;
+	}
+	go_pipe[1] = safe_close(go_pipe[1]);
 	if (read(err_pipe[0], &child_err, sizeof(child_err)) == (ssize_t)sizeof(child_err)) {
 		waitpid(pid, NULL, 0);
 		r = log_error_errno(-child_err, "cannot start bwrap '%s'", s->bwrap);
@@ -625,6 +647,8 @@ out:
 	safe_close(status_pipe[1]);
 	safe_close(err_pipe[0]);
 	safe_close(err_pipe[1]);
+	safe_close(go_pipe[0]);
+	safe_close(go_pipe[1]);
 	return r;
 }
 
@@ -839,7 +863,9 @@ int launch_run(struct launch_config *c)
 	if (r < 0)
 		goto out;
 
-	(void)launch_cgroup_kill_all(&s.cg, 2000);
+	/* bwrap is gone, so its pid namespace is: what is left is still exiting */
+	if (!launch_cgroup_wait_empty(&s.cg, 20000))
+		(void)launch_cgroup_kill_all(&s.cg, 2000);
 	launch_cgroup_stats(&s.cg, &peak, &ooms, &cpu_ns);
 	if (peak)
 		res.peak_bytes = peak;
@@ -873,6 +899,7 @@ int launch_main(int argc, char **argv)
 	int r, status;
 
 	log_set_program("draftbox-run");
+	signal(SIGPIPE, SIG_IGN); /* a dead sandbox shows up as EPIPE, not as our death */
 	launch_config_init(&c);
 	r = launch_parse_args(argc, argv, &c);
 	if (r != 0) {
