@@ -489,7 +489,7 @@ int client_run_event(const char *data, size_t len, int out_fd, int err_fd, int *
 		r = write_full(fd, text, n);
 		if (r == 0 && (n == 0 || text[n - 1] != '\n'))
 			r = write_full(fd, "\n", 1);
-		return r == -EPIPE ? 0 : r;
+		return r;
 	}
 	if (strcmp(type, "error") == 0) {
 		const cJSON *err = cJSON_GetObjectItemCaseSensitive(ev, "error");
@@ -685,7 +685,13 @@ static int cmd_run(struct client *c, int argc, char **argv, int *ret_status)
 			break;
 	}
 	sse_parser_done(&p);
+	/* Closing the connection makes the server cancel the run. */
 	http_response_done(&resp);
+	if (r == -EPIPE) {
+		/* Our reader went away (`draftbox run ID -- yes | head`): stop like a command killed by SIGPIPE. */
+		*ret_status = 128 + SIGPIPE;
+		return 0;
+	}
 	if (r < 0 && !st.finished) {
 		client_error(c, "the run's event stream broke: %s", strerror(-r));
 		*ret_status = CLIENT_EXIT_RUN_LOST;

@@ -60,6 +60,7 @@ char *client_join_command(char *const *argv, size_t n);
  * without it), "error" sets *exit_status from
  * error.evalue (a decimal exit status; 1 when it is not one) and
  * "execution_complete" sets it to 0 unless an error came first.
- * *finished tells that one of those two arrived. Returns 0 or -errno.
+ * *finished tells that one of those two arrived. Returns 0 or -errno
+ * (-EPIPE when the reader of @out_fd/@err_fd went away).
  */
 int client_run_event(const char *data, size_t len, int out_fd, int err_fd, int *exit_status, bool *finished);

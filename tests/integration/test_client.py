@@ -275,6 +275,26 @@ def test_run_exit_zero_and_lost_stream(fake):
     assert r.returncode == 2
 
 
+def test_run_stops_when_its_reader_goes_away(fake):
+    url, rec = fake
+    stop = threading.Event()
+
+    def endless(req):
+        def frames():
+            while not stop.is_set():
+                yield json.dumps({"type": "stdout", "text": "y"}) + "\n\n"
+                time.sleep(0.001)
+        return 200, {"Content-Type": "text/event-stream"}, frames()
+
+    rec.routes[("POST", "/v1/isolated/session/s/run")] = endless
+    try:
+        r = subprocess.run(f"'{DRAFTBOX}' --url {url} run s -- yes | head -3; echo \"${{PIPESTATUS[0]}}\"",
+                           shell=True, executable="/bin/bash", capture_output=True, timeout=30)
+    finally:
+        stop.set()
+    assert r.stdout == b"y\ny\ny\n141\n", r
+
+
 def test_server_error_is_reported(fake):
     url, rec = fake
     rec.routes[("DELETE", "/v1/isolated/session/nope")] = json_reply(

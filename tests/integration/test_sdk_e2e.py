@@ -54,7 +54,8 @@ def ensure_sdk():
     if _installed_version() == "0.1.11":
         return
     env = dict(os.environ)
-    env.setdefault("npm_config_cache", os.path.join(os.environ.get("XDG_CACHE_HOME", "/root/.cache"), "draftbox-npm"))
+    env.setdefault("npm_config_cache", os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                                                    "draftbox-npm"))
     env["npm_config_update_notifier"] = "false"
     try:
         r = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--prefer-offline", "--fetch-timeout=30000",
