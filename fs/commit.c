@@ -133,9 +133,10 @@ static const struct ovl_change *shadowing_ancestor(const struct ovl_changes *c, 
 	return NULL;
 }
 
-static bool ts_after(struct timespec a, struct timespec b)
+/* a at or after b: file system timestamps are coarse (a clock tick), so "same tick" counts as after */
+static bool ts_not_before(struct timespec a, struct timespec b)
 {
-	return a.tv_sec > b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec > b.tv_nsec);
+	return a.tv_sec > b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec >= b.tv_nsec);
 }
 
 /* Conflicts: the workspace changed under a path since the session shadowed it. */
@@ -172,7 +173,7 @@ static void check_conflicts(struct commit *cm, cJSON **list)
 			/* Inside a deleted or replaced directory: changed since the session deleted it? */
 			const struct ovl_change *a = shadowing_ancestor(c, i);
 
-			if (a && a->has_origin && ts_after(e->old.ctime, a->new.ctime))
+			if (a && a->has_origin && ts_not_before(e->old.ctime, a->new.ctime))
 				add_detail(list, e->path, "deleted in the session but changed in the workspace");
 		}
 	}

@@ -15,8 +15,7 @@
 #include <dirent.h>
 #include <sys/xattr.h>
 #include <time.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
+#include <spawn.h>
 #include <unistd.h>
 
 #include "ctl-client.h"
@@ -601,26 +600,42 @@ void ovl_trash_purge(int state_fd, bool threaded)
 		pthread_attr_destroy(&attr);
 		return;
 	}
-	pid = fork();
-	if (pid < 0) {
-		safe_close(fd);
-		return;
-	}
-	if (pid == 0) {
-		/* detach: a grandchild does the work, so nobody has to reap it */
-		if (fork() == 0) {
-			int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	/*
+	 * A host command: hand the trash to rm(1) and do not wait. posix_spawn
+	 * returns only after the exec, so the child never holds our fds (the
+	 * session lock above all) the way a forked child would.
+	 */
+	{
+		static atomic_uint counter;
+		char proc[64], dir[PATH_MAX], name[64];
+		_cleanup_free_ char *full = NULL;
+		posix_spawn_file_actions_t fa;
+		posix_spawnattr_t attr;
+		char *argv[] = { (char *)"rm", (char *)"-rf", (char *)"--one-file-system", (char *)"--", NULL, NULL };
+		ssize_t n;
 
-			/* hold nothing of the caller's: no session lock, no pipe a caller waits on */
-			(void)setsid();
-			if (null < 0 || dup2(fd, 3) < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
-				_exit(1);
-			(void)syscall(SYS_close_range, 4U, ~0U, 0U);
-			trash_purge_now(3);
-			_exit(0);
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+		n = readlink(proc, dir, sizeof(dir) - 1);
+		if (n < 0) {
+			safe_close(fd);
+			return;
 		}
-		_exit(0);
+		dir[n] = '\0';
+		snprintf(name, sizeof(name), TRASH_NAME ".purge.%d.%u", (int)getpid(), atomic_fetch_add(&counter, 1));
+		if (renameat(fd, TRASH_NAME, fd, name) < 0 || asprintf(&full, "%s/%s", dir, name) < 0) {
+			safe_close(fd);
+			return;
+		}
+		safe_close(fd);
+		argv[4] = full;
+		posix_spawn_file_actions_init(&fa);
+		posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+		posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+		posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+		posix_spawnattr_init(&attr);
+		posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+		(void)posix_spawn(&pid, "/bin/rm", &fa, &attr, argv, environ); /* on failure the dir stays: harmless */
+		posix_spawnattr_destroy(&attr);
+		posix_spawn_file_actions_destroy(&fa);
 	}
-	safe_close(fd);
-	(void)waitpid(pid, NULL, 0);
 }
