@@ -64,8 +64,9 @@ def ensure_sdk():
         pytest.skip("npm ci timed out: the npm registry is not reachable")
     if r.returncode != 0:
         text = r.stdout + r.stderr
-        if any(m in text for m in NETWORK_ERRORS):
-            pytest.skip(f"npm registry not reachable: {text.strip().splitlines()[-1] if text.strip() else 'npm ci failed'}")
+        hits = [l.strip() for l in text.splitlines() if any(m in l for m in NETWORK_ERRORS)]
+        if hits:
+            pytest.skip(f"npm registry not reachable (npm ci: {hits[0][:200]})")
         pytest.fail(f"npm ci failed:\n{text[-3000:]}")
     assert _installed_version() == "0.1.11", "npm ci did not install @alibaba-group/opensandbox 0.1.11"
 
