@@ -84,6 +84,9 @@ class Live:
                 self.proc.kill()
                 self.proc.wait()
         self.errf.close()
+        err = self.stderr()
+        for marker in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
+            assert marker not in err, "draftfs stderr has sanitizer reports:\n" + err[-4000:]
 
 
 @pytest.fixture
@@ -293,3 +296,43 @@ def test_cross_mount_invalidate(live):
         f.write("A's\n")
     a.run("commit")
     assert open(os.path.join(b.mnt, "src/a.c")).read() == "B's\n"
+    # an offline commit of a third (unmounted) session reaches the live mounts too
+    upper_c = os.path.join(s.root, "upper_c")
+    work_c = os.path.join(s.root, "work_c")
+    os.makedirs(upper_c)
+    os.makedirs(work_c)
+    with open(os.path.join(upper_c, "README"), "w") as f:
+        f.write("from C\n")
+    assert open(os.path.join(b.mnt, "README")).read() == "from A\n"
+    p = subprocess.run([draftfs_bin(), "commit", "--force", "--lowerdir", s.lower, "--upperdir", upper_c,
+                        "--workdir", work_c], capture_output=True)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["invalidated_mounts"] >= 2
+    assert open(os.path.join(b.mnt, "README")).read() == "from C\n"
+
+
+def test_live_conflict_from_core_origin(live):
+    """The core records each lower entry's identity on copy-up: a host edit
+    after that is a conflict; force overrides."""
+    s, start = live
+    populate(s.lower)
+    m = start()
+    with open(os.path.join(m.mnt, "README"), "a") as f:
+        f.write("session\n")
+    subprocess.run(["rm", "-rf", os.path.join(m.mnt, "old")], check=True)
+    with open(os.path.join(m.mnt, "src/a.c"), "a") as f:
+        f.write("session\n")
+    assert os.getxattr(os.path.join(s.upper, "README"), "trusted.draftbox.origin").startswith(b"v1 ")
+    with open(os.path.join(s.lower, "README"), "a") as f:
+        f.write("host\n")
+    with open(os.path.join(s.lower, "old/deep/x"), "a") as f:
+        f.write("host\n")
+    p = m.run("commit", check=False)
+    assert p.returncode == 3
+    assert "README" in p.stderr and "old/deep/x" in p.stderr and "src/a.c" not in p.stderr
+    assert open(os.path.join(s.lower, "src/a.c")).read() == "int a;\n"
+    m.run("commit", "src")
+    assert open(os.path.join(s.lower, "src/a.c")).read() == "int a;\nsession\n"
+    m.run("commit", "--force")
+    assert open(os.path.join(s.lower, "README")).read() == "readme\nsession\n"
+    assert not os.path.exists(os.path.join(s.lower, "old"))
