@@ -98,7 +98,8 @@ int launch_bwrap_args(const struct launch_config *c, const struct launch_plan *p
 	ADD("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup");
 	if (!c->share_net)
 		ADD("--unshare-net");
-	ADD("--new-session", "--die-with-parent");
+	/* the exec helper is the pid namespace's init: one process fewer, and the sandbox cannot signal it */
+	ADD("--new-session", "--die-with-parent", "--as-pid-1");
 	ADD("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc");
 	/* host sockets (D-Bus, docker, our server, the uid locks) live under /run */
 	ADD("--perms", "0755", "--tmpfs", "/run");

@@ -12,7 +12,9 @@
  *      uid it has on the host. Any mismatch: exit 125 without running
  *      anything;
  *   3. fork; the child sets the rlimits (nofile, fsize, core=0) and execs
- *      the command; this process stays as the command's parent, made
+ *      the command; this process stays as the command's parent and as
+ *      init of the sandbox's pid namespace (bwrap --as-pid-1: it reaps
+ *      orphans, and signals from inside cannot reach it), made
  *      non-dumpable, and writes how the command ended ("X code", "S sig",
  *      "E errno", "F reason") to the status fd for draftbox-run, because
  *      bwrap folds a signal into 128+N.
@@ -267,9 +269,15 @@ child_fail:
 
 	n = read(errpipe[0], &err, sizeof(err));
 	close(errpipe[0]);
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
+	/* we are the pid namespace's init (bwrap --as-pid-1): reap orphans until the command ends */
+	for (;;) {
+		pid_t w = waitpid(-1, &st, 0);
+
+		if (w == pid)
+			break;
+		if (w < 0 && errno != EINTR)
 			fail("cannot wait for the command", EXIT_SETUP);
+	}
 	if (n == (ssize_t)sizeof(err)) {
 		report('E', err);
 		fprintf(stderr, "draftbox-exec: cannot run '%s': %s\n", argv[9], strerror(err));

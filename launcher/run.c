@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -314,9 +315,25 @@ static void unmount_view(struct run_state *s)
 	}
 }
 
+/* Reaps orphans that came to us as subreaper (never the draftfs child, which is waited for by pid). */
+static void reap_orphans(pid_t keep)
+{
+	siginfo_t si;
+
+	for (;;) {
+		si.si_pid = 0;
+		if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+			return;
+		if (si.si_pid == keep)
+			return;
+		(void)waitpid(si.si_pid, NULL, 0);
+	}
+}
+
 static void state_free(struct run_state *s)
 {
 	launch_cgroup_destroy(&s->cg);
+	reap_orphans(s->draftfs_pid);
 	unmount_view(s);
 	if (s->tmp_session && !s->c->keep)
 		(void)launch_rm_rf(s->tmp_session);
@@ -504,7 +521,9 @@ child_fail:
 	 * (milliseconds): do it now, while bwrap execs and builds the
 	 * sandbox, and only then let the helper start the command.
 	 */
+	log_debug("forked at +%.3fms", now_ms() - start);
 	r = launch_cgroup_attach_tree(&s->cg, pid);
+	log_debug("attached at +%.3fms", now_ms() - start);
 	if (r < 0) {
 		kill(pid, SIGKILL);
 		waitpid(pid, NULL, 0);
@@ -587,6 +606,7 @@ child_fail:
 			goto out_mask;
 		}
 	res->wall_ms = now_ms() - start;
+	log_debug("reaped at +%.3fms", res->wall_ms);
 	res->cpu_ms = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
 		      (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
 	res->peak_bytes = (uint64_t)ru.ru_maxrss * 1024;
@@ -702,6 +722,8 @@ int launch_run(struct launch_config *c)
 	const char *bad = NULL;
 	uint64_t peak = 0, ooms = 0, cpu_ns = 0;
 	int r, status = LAUNCH_EXIT_FAILURE;
+
+	double t0 = now_ms();
 
 	r = check_dir("workspace", c->workspace);
 	if (r < 0)
@@ -834,6 +856,7 @@ int launch_run(struct launch_config *c)
 		r = log_oom();
 		goto out;
 	}
+	log_debug("t=%.3fms before cgroup", now_ms() - t0);
 	r = launch_cgroup_create(c, name, &s.cg);
 	if (r == -EOPNOTSUPP) {
 		log_error("no usable cgroup controllers (pids and memory, v1 or v2); refusing to run without limits");
@@ -847,6 +870,7 @@ int launch_run(struct launch_config *c)
 		r = log_oom();
 		goto out;
 	}
+	log_debug("t=%.3fms before seccomp", now_ms() - t0);
 	seccomp_fd = launch_seccomp_fd(cache_dir, c->profile, c->share_net);
 	if (seccomp_fd < 0) {
 		r = log_error_errno(seccomp_fd, "cannot build the seccomp filter");
@@ -859,13 +883,16 @@ int launch_run(struct launch_config *c)
 		goto out;
 	}
 
+	log_debug("t=%.3fms before start", now_ms() - t0);
 	r = start_and_wait(&s, seccomp_fd, stdin_fd, &res);
+	log_debug("t=%.3fms after wait", now_ms() - t0);
 	if (r < 0)
 		goto out;
 
 	/* bwrap is gone, so its pid namespace is: what is left is still exiting */
 	if (!launch_cgroup_wait_empty(&s.cg, 20000))
 		(void)launch_cgroup_kill_all(&s.cg, 2000);
+	reap_orphans(s.draftfs_pid);
 	launch_cgroup_stats(&s.cg, &peak, &ooms, &cpu_ns);
 	if (peak)
 		res.peak_bytes = peak;
@@ -873,6 +900,7 @@ int launch_run(struct launch_config *c)
 		res.cpu_ms = cpu_ns / 1e6;
 	res.oom_killed = ooms > 0;
 
+	log_debug("t=%.3fms after stats", now_ms() - t0);
 	if (res.failed) {
 		status = LAUNCH_EXIT_FAILURE;
 		goto out;
@@ -890,6 +918,7 @@ int launch_run(struct launch_config *c)
 		status = res.exit_code;
 out:
 	state_free(&s);
+	log_debug("t=%.3fms done", now_ms() - t0);
 	return status;
 }
 
@@ -900,6 +929,12 @@ int launch_main(int argc, char **argv)
 
 	log_set_program("draftbox-run");
 	signal(SIGPIPE, SIG_IGN); /* a dead sandbox shows up as EPIPE, not as our death */
+	/*
+	 * When a kill takes bwrap down before the sandbox's init, that init
+	 * is orphaned: it must come to us (and be reaped), not to the host's
+	 * pid 1, which may never reap it.
+	 */
+	(void)prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 	launch_config_init(&c);
 	r = launch_parse_args(argc, argv, &c);
 	if (r != 0) {

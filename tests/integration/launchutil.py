@@ -32,6 +32,13 @@ def require_sandbox():
         pytest.skip("draftbox-run is not built", allow_module_level=True)
 
 
+def private_uid():
+    """Options for a uid outside the shared pool, so no concurrent session can own it."""
+    import random
+    uid = random.randint(20000, 29999)
+    return ["--uid", str(uid), "--gid", str(uid)]
+
+
 def mounts_below(path):
     with open("/proc/self/mountinfo") as f:
         return [l.split()[4] for l in f if l.split()[4].startswith(path)]

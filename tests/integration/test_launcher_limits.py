@@ -5,7 +5,7 @@ import signal
 import subprocess
 import time
 
-from launchutil import RUN, TRY, box, procs_of_uid, require_sandbox  # noqa: F401
+from launchutil import RUN, TRY, box, private_uid, procs_of_uid, require_sandbox  # noqa: F401
 
 require_sandbox()
 
@@ -32,7 +32,7 @@ def test_json_on_stdout_after_the_output(box):
 
 
 def test_fork_bomb_stops_at_pids_limit(box):
-    r = box.run([TRY, "forkbomb", "100000"], "--pids", "64", mode="ro", timeout=120)
+    r = box.run([TRY, "forkbomb", "100000"], "--pids", "64", *private_uid(), mode="ro", timeout=120)
     assert b"errno=EAGAIN" in r.stdout, r
     n = int(r.stdout.split(b"forkbomb: ")[1].split()[0])
     assert 0 < n < 64, r
@@ -59,7 +59,7 @@ def test_timeout_kills_stubborn_tree(box):
               "sh -c \"trap '' INT TERM; sleep 60\" & "
               "echo started; sleep 60")
     start = time.time()
-    r = box.run(["sh", "-c", script], "--timeout", "1", "--grace", "0.3", mode="ro", timeout=60)
+    r = box.run(["sh", "-c", script], "--timeout", "1", "--grace", "0.3", *private_uid(), mode="ro", timeout=60)
     took = time.time() - start
     assert r.rc == 124 and r.json["timed_out"] is True, r
     assert r.json["signal"] == "SIGKILL", r
@@ -77,7 +77,7 @@ def test_timeout_sigint_is_enough_for_a_polite_command(box):
 def test_cancel_with_sigint(box):
     r_fd, w_fd = os.pipe()
     p = subprocess.Popen([RUN, "--workspace", box.ws, "--mode", "ro", "--json-fd", str(w_fd), "--grace", "0.5",
-                          "--", "sh", "-c", "echo up; exec sleep 60"], pass_fds=(w_fd,),
+                          *private_uid(), "--", "sh", "-c", "echo up; exec sleep 60"], pass_fds=(w_fd,),
                          stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
     os.close(w_fd)
     assert p.stdout.readline() == b"up\n"

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from launchutil import TRY, Box, box, procs_of_uid, require_sandbox  # noqa: F401
+from launchutil import TRY, Box, box, private_uid, procs_of_uid, require_sandbox  # noqa: F401
 
 require_sandbox()
 
@@ -86,7 +86,7 @@ def test_identity_is_a_dropped_pool_uid(box):
 
 def test_two_live_sessions_get_distinct_uids_and_cannot_signal(box):
     a = subprocess.Popen([box_run_path(), "--workspace", box.ws, "--mode", "ro", "--state-dir", box.state,
-                          "--", "sh", "-c", "id -u; exec sleep 30"], stdout=subprocess.PIPE,
+                          *private_uid(), "--", "sh", "-c", "id -u; exec sleep 30"], stdout=subprocess.PIPE,
                          stdin=subprocess.DEVNULL)
     try:
         uid_a = int(a.stdout.readline())
