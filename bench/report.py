@@ -109,8 +109,9 @@ def summarize(res):
         target("<= 300 bytes per cached inode", None, None)
         target("no RSS growth across repeated walks", None, None)
     ses = res.get("session") or {}
-    for key, name, lim in (("diff", "diff of 10k changes <= 2x find -ls of the upper", 2.0),
-                           ("commit", "commit of 10k files <= 1.5x rsync -a", 1.5)):
+    n = res["manifest"]["sizes"]["ctl_files"]
+    for key, name, lim in (("diff", "diff of %d changes <= 2x find -ls of the upper" % n, 2.0),
+                           ("commit", "commit of %d files <= 1.5x rsync -a" % n, 1.5)):
         r = (ses.get(key) or {}).get("ratio")
         target(name, r, None if r is None else r <= lim)
     return s
