@@ -49,9 +49,18 @@ int api_files_open_read(const struct api_files_root *root, const char *path, int
 	return 0;
 }
 
+/*
+ * Upload data comes in whatever pieces the HTTP layer has (often a few KiB);
+ * each write(2) on a FUSE view is a round trip to the daemon, so pieces are
+ * gathered and written in blocks of this size.
+ */
+#define UPLOAD_BUFFER (1024u * 1024u)
+
 struct api_upload {
 	int dir_fd;       /* O_PATH fd of the target's directory */
 	int fd;           /* the temporary file, O_WRONLY */
+	char *buf;        /* pending data, UPLOAD_BUFFER bytes once allocated */
+	size_t buf_len;
 	char *name;       /* target name in dir_fd */
 	char tmp[64];     /* temporary name in dir_fd */
 	mode_t mode;
@@ -68,6 +77,7 @@ void api_upload_free(struct api_upload *u)
 		(void)unlinkat(u->dir_fd, u->tmp, 0);
 	safe_close(u->dir_fd);
 	free(u->name);
+	free(u->buf);
 	free(u);
 }
 
@@ -157,20 +167,64 @@ int api_upload_begin(const struct api_files_root *root, const char *path, const 
 	return upload_begin_rel(root, rel, meta ? meta->mode : -1, uid, gid, max_size, ret);
 }
 
+static int upload_flush(struct api_upload *u)
+{
+	int r;
+
+	if (u->buf_len == 0)
+		return 0;
+	r = write_full(u->fd, u->buf, u->buf_len);
+	u->buf_len = 0;
+	return r;
+}
+
 int api_upload_write(struct api_upload *u, const void *buf, size_t size)
 {
+	const char *p = buf;
+	int r;
+
 	if (u->fd < 0 || u->committed)
 		return -EBADF;
 	if (u->max && (size > u->max || u->written > u->max - size))
 		return -EFBIG;
 	u->written += size;
-	return write_full(u->fd, buf, size);
+	if (size >= UPLOAD_BUFFER) {
+		/* large pieces go straight through, after what is pending */
+		r = upload_flush(u);
+		if (r < 0)
+			return r;
+		return write_full(u->fd, p, size);
+	}
+	if (!u->buf) {
+		u->buf = malloc(UPLOAD_BUFFER);
+		if (!u->buf)
+			return -ENOMEM;
+	}
+	while (size > 0) {
+		size_t n = MIN(size, UPLOAD_BUFFER - u->buf_len);
+
+		memcpy(u->buf + u->buf_len, p, n);
+		u->buf_len += n;
+		p += n;
+		size -= n;
+		if (u->buf_len == UPLOAD_BUFFER) {
+			r = upload_flush(u);
+			if (r < 0)
+				return r;
+		}
+	}
+	return 0;
 }
 
 int api_upload_commit(struct api_upload *u, uint64_t *ret_bytes)
 {
+	int r;
+
 	if (u->fd < 0 || u->committed)
 		return -EBADF;
+	r = upload_flush(u);
+	if (r < 0)
+		return r;
 	/* fchmod after the data: a setuid bit would be cleared by the writes. */
 	if (fchmod(u->fd, u->mode) < 0)
 		return -errno;

@@ -152,7 +152,9 @@ int api_files_open_read(const struct api_files_root *root, const char *path, int
  *
  * api_upload_begin() returns 0 and a new upload in *ret, or -errno (-EISDIR
  * if the target is a directory, -ELOOP if a parent is a symlink). Feed it
- * with api_upload_write() (0 or -errno; -EFBIG past @max_size when non-zero),
+ * with api_upload_write() (0 or -errno; -EFBIG past @max_size when non-zero;
+ * data is gathered and written in 1 MiB blocks, so a write error such as
+ * -EDQUOT may surface on a later write or at commit),
  * then api_upload_commit() (0 or -errno; writes the byte count to
  * *ret_bytes if not NULL). api_upload_free() removes the temporary file if
  * the upload was not committed, and frees it; it accepts NULL. After a

@@ -265,6 +265,38 @@ static void test_atomic_upload(void)
 	is_str(s, "new content", "committed content");
 	free(s);
 
+	/* small pieces are gathered, large ones pass through; the bytes stay in order */
+	{
+		size_t total = 3 * 1024 * 1024 + 777 + 2 * 1024 * 1024 + 5, off = 0;
+		char *data = malloc(total), *back = NULL;
+		size_t back_len = 0;
+		int bad = 0, fd;
+
+		for (size_t k = 0; k < total; k++)
+			data[k] = (char)(k * 7 + k / 4096);
+		is_int(api_upload_begin(&R, "pieces.bin", NULL, 0, &u), 0, "upload in pieces");
+		while (off < 3 * 1024 * 1024 + 777) {
+			size_t piece = MIN((size_t)1000, 3 * 1024 * 1024 + 777 - off);
+
+			bad += api_upload_write(u, data + off, piece) < 0;
+			off += piece;
+		}
+		bad += api_upload_write(u, data + off, 2 * 1024 * 1024) < 0;
+		off += 2 * 1024 * 1024;
+		bad += api_upload_write(u, data + off, 5) < 0;
+		is_int(bad, 0, "all pieces accepted");
+		is_int(api_upload_commit(u, &n), 0, "commit of a pieced upload");
+		is_int(n, total, "byte count of a pieced upload");
+		api_upload_free(u);
+		fd = open(p_in("pieces.bin"), O_RDONLY | O_CLOEXEC);
+		ok(fd >= 0 && read_full_fd(fd, total + 1, &back, &back_len) == 0 && back_len == total &&
+		   memcmp(back, data, total) == 0, "pieced upload content intact");
+		safe_close(fd);
+		free(back);
+		free(data);
+		unlink(p_in("pieces.bin"));
+	}
+
 	is_int(api_upload_begin(&R, "big", NULL, 10, &u), 0, "bounded upload");
 	is_int(api_upload_write(u, "0123456789", 10), 0, "write up to the bound");
 	is_int(api_upload_write(u, "x", 1), -EFBIG, "write past the bound is EFBIG");
