@@ -225,6 +225,8 @@ int api_session_save(struct api_session *s)
 
 static int session_save_locked(struct api_session *s)
 {
+	bool deleted;
+
 	_cleanup_json_ cJSON *o = cJSON_CreateObject();
 	_cleanup_cjson_str_ char *text = NULL;
 	_cleanup_close_ int dfd = -1, fd = -1;
@@ -235,7 +237,10 @@ static int session_save_locked(struct api_session *s)
 		return -ENOMEM;
 	pthread_mutex_lock(&s->lock);
 	last = s->last_run_at;
+	deleted = s->deleted;
 	pthread_mutex_unlock(&s->lock);
+	if (deleted)
+		return -ESRCH; /* its directory is going away */
 	if (!cJSON_AddNumberToObject(o, "version", 1) || !cJSON_AddStringToObject(o, "session_id", s->id) ||
 	    json_add_u64(o, "created_at_ms", s->created_at) < 0 || json_add_u64(o, "last_run_at_ms", last) < 0)
 		return -ENOMEM;
@@ -643,6 +648,23 @@ fail:
 	return r;
 }
 
+/* Drops the session's list of background runs (each run holds the session: a cycle otherwise). */
+static void session_drop_runs(struct api_session *s)
+{
+	struct api_run *list, *next;
+
+	pthread_mutex_lock(&s->lock);
+	list = s->runs;
+	s->runs = NULL;
+	s->n_runs = 0;
+	pthread_mutex_unlock(&s->lock);
+	for (; list; list = next) {
+		next = list->next;
+		list->next = NULL;
+		api_run_unref(list);
+	}
+}
+
 int api_session_op_begin(struct api_session *s)
 {
 	int r = 0;
@@ -715,7 +737,11 @@ int api_session_delete(struct api_session *s, bool idle, struct api_error *err)
 
 	if (registry_remove(srv->reg, s))
 		api_session_unref(s);
+	session_drop_runs(s);
 
+	/* a save that started before "deleted" was set finishes before the directory goes */
+	pthread_mutex_lock(&save_lock);
+	pthread_mutex_unlock(&save_lock);
 	/* view_fd stays open until the last reference goes: other threads may still use it */
 	r = api_umount_view(s->view);
 	if (r < 0)
@@ -1163,6 +1189,7 @@ void api_sessions_shutdown(struct api_server *srv)
 		}
 		pthread_mutex_unlock(&s->lock);
 		(void)api_session_save(s);
+		session_drop_runs(s);
 	}
 	sessions_snapshot_free(v, n);
 	pthread_mutex_lock(&srv->reg->lock);

@@ -8,8 +8,10 @@ the test's temp dir is unmounted (umount -l as the last resort) and the
 dir removed, so a failing test leaves nothing behind.
 """
 import http.client
+import functools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -42,6 +44,7 @@ def skip_reason():
     return None
 
 
+@functools.lru_cache(maxsize=None)
 def is_sanitized():
     """True when draftboxd was built with ASan (the load test scales down)."""
     try:
@@ -173,7 +176,7 @@ class Client:
                          headers={"Accept": "text/event-stream"})
         if r.status != 200:
             return r.status, r
-        return r.status, parse_frames(r.body)
+        return r.status, drop_sanitizer_noise(parse_frames(r.body))
 
     def run_ok(self, sid, code, **kw):
         status, frames = self.run(sid, code, **kw)
@@ -183,6 +186,18 @@ class Client:
 
     def files_path(self, sid, what):
         return f"/v1/isolated/session/{sid}/{what}"
+
+
+# An ASan build of draftbox-run prints these LeakSanitizer lines from inside the
+# seccomp sandbox (a launcher issue, see the report); only they are dropped, and
+# only when the binaries are sanitized.
+_LSAN_NOISE = re.compile(r"^==\d+==(LeakSanitizer has encountered a fatal error\.|HINT: )")
+
+
+def drop_sanitizer_noise(frames):
+    if not is_sanitized():
+        return frames
+    return [f for f in frames if not (f["type"] in ("stdout", "stderr") and _LSAN_NOISE.match(f.get("text", "")))]
 
 
 def parse_frames(body):
