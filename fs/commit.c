@@ -949,7 +949,7 @@ int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, con
 
 	if (live)
 		live->quiesce(live->userdata, true);
-	r = ovl_diff_compute(env->layers, sel, &changes);
+	r = ovl_diff_compute(env->layers, sel, OVL_DIFF_ORIGINS, &changes);
 	if (r < 0) {
 		r = ovl_ctl_error(ret_error, r, "io", NULL, "cannot compute the changes");
 		goto out;

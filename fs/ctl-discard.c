@@ -106,7 +106,7 @@ int ovl_op_discard(const struct ovl_ctl_env *env, char *const *paths, cJSON **re
 		return -ENOMEM;
 	if (env->live)
 		env->live->quiesce(env->live->userdata, true);
-	r = ovl_diff_compute(l, &sel, &c);
+	r = ovl_diff_compute(l, &sel, 0, &c);
 	if (r < 0) {
 		r = ovl_ctl_error(ret_error, r, "io", NULL, "cannot compute the changes");
 		goto out;

@@ -57,7 +57,7 @@ int ovl_op_diff(const struct ovl_ctl_env *env, enum ovl_diff_format format, char
 	r = ovl_sel_parse(paths, &sel, ret_error);
 	if (r < 0)
 		return r;
-	r = ovl_diff_compute(env->layers, &sel, &c);
+	r = ovl_diff_compute(env->layers, &sel, 0, &c);
 	if (r < 0)
 		return ovl_ctl_error(ret_error, r, "io", NULL, "cannot compute the changes of '%s'",
 		                     env->layers->mountpoint ?: "session");
@@ -146,7 +146,7 @@ int ovl_op_status(const struct ovl_ctl_env *env, cJSON **ret_result, cJSON **ret
 	cJSON *lowers;
 	int r;
 
-	r = ovl_diff_compute(env->layers, &all, &c);
+	r = ovl_diff_compute(env->layers, &all, 0, &c);
 	if (r < 0)
 		return ovl_ctl_error(ret_error, r, "io", NULL, "cannot compute the changes");
 	r = count_upper(env->layers->upper_fd, &inodes, &bytes, 0);

@@ -21,6 +21,7 @@
 struct walk {
 	const struct ovl_layers *layers;
 	const struct ovl_sel *sel;
+	unsigned flags;
 	struct ovl_changes *out;
 };
 
@@ -274,17 +275,18 @@ static int set_old(struct ovl_change *c, const struct stat *lst, int layer, cons
 	return meta_fill(&c->old, lst, -1, name);
 }
 
-static int set_new(struct ovl_change *c, const struct stat *ust, int upper_dir_fd, const char *name)
+static int set_new(const struct walk *w, struct ovl_change *c, const struct stat *ust, int upper_dir_fd,
+                   const char *name)
 {
-	char *origin = NULL;
-	ssize_t n;
-
 	c->new_type = ovl_ftype_from_mode(ust->st_mode);
 	c->own_upper = true;
-	n = ovl_get_xattr_at(upper_dir_fd, name, OVL_XATTR_ORIGIN, &origin);
-	if (n >= 0) {
-		c->has_origin = true;
-		c->origin = origin;
+	if (w->flags & OVL_DIFF_ORIGINS) {
+		char *origin = NULL;
+
+		if (ovl_get_xattr_at(upper_dir_fd, name, OVL_XATTR_ORIGIN, &origin) >= 0) {
+			c->has_origin = true;
+			c->origin = origin;
+		}
 	}
 	return meta_fill(&c->new, ust, upper_dir_fd, name);
 }
@@ -572,7 +574,7 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 			c->content = true;
 			r = set_old(c, &lst, layer, ls, name);
 			if (r >= 0)
-				r = set_new(c, &ust, ufd, name);
+				r = set_new(w, c, &ust, ufd, name);
 			c->new_type = OVL_FT_NONE;
 			free(c->new.target);
 			/* keep when the session deleted it (the whiteout's ctime), for conflict checks */
@@ -603,7 +605,7 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 				if (found)
 					r = set_old(c, &lst, layer, ls, name);
 				if (r >= 0)
-					r = set_new(c, &ust, ufd, name);
+					r = set_new(w, c, &ust, ufd, name);
 				if (r < 0)
 					return r;
 			}
@@ -623,7 +625,7 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 				c->upper_opaque = opq;
 				r = set_old(c, &lst, layer, ls, name);
 				if (r >= 0)
-					r = set_new(c, &ust, ufd, name);
+					r = set_new(w, c, &ust, ufd, name);
 				if (r < 0)
 					return r;
 			}
@@ -638,7 +640,7 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 		if (r < 0)
 			return r;
 		c->content = true;
-		return set_new(c, &ust, ufd, name);
+		return set_new(w, c, &ust, ufd, name);
 	}
 	if (S_ISDIR(lst.st_mode) || (ust.st_mode & S_IFMT) != (lst.st_mode & S_IFMT)) {
 		r = add_change(w, path, OVL_TYPE_CHANGED, &c);
@@ -647,7 +649,7 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 		c->content = true;
 		r = set_old(c, &lst, layer, ls, name);
 		if (r >= 0)
-			r = set_new(c, &ust, ufd, name);
+			r = set_new(w, c, &ust, ufd, name);
 		if (r < 0)
 			return r;
 		if (S_ISDIR(lst.st_mode))
@@ -669,7 +671,7 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 		c->metadata = meta;
 		r = set_old(c, &lst, layer, ls, name);
 		if (r >= 0)
-			r = set_new(c, &ust, ufd, name);
+			r = set_new(w, c, &ust, ufd, name);
 		return r;
 	}
 }
@@ -769,7 +771,8 @@ static int cmp_change(const void *a, const void *b)
 	return ovl_path_cmp(((const struct ovl_change *)a)->path, ((const struct ovl_change *)b)->path);
 }
 
-int ovl_diff_compute(const struct ovl_layers *layers, const struct ovl_sel *sel, struct ovl_changes **ret)
+int ovl_diff_compute(const struct ovl_layers *layers, const struct ovl_sel *sel, unsigned flags,
+                     struct ovl_changes **ret)
 {
 	_cleanup_(ovl_changes_freep) struct ovl_changes *out = NULL;
 	_cleanup_lstack_ struct ovl_lstack root = { 0 };
@@ -786,7 +789,7 @@ int ovl_diff_compute(const struct ovl_layers *layers, const struct ovl_sel *sel,
 	ufd = openat(layers->upper_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (ufd < 0)
 		return -errno;
-	w = (struct walk){ .layers = layers, .sel = sel, .out = out };
+	w = (struct walk){ .layers = layers, .sel = sel, .flags = flags, .out = out };
 	r = walk_upper(&w, "", ufd, &root, ovl_dir_is_opaque(ufd));
 	if (r < 0)
 		return r;

@@ -71,16 +71,19 @@ struct ovl_changes {
 	struct ovl_summary summary;
 };
 
-struct ovl_diff_opts {
-	bool compare_content; /* compare bytes of same-size files (default true) */
+enum {
+	OVL_DIFF_ORIGINS = 1 << 0, /* read trusted.draftbox.origin of each change (commit's conflict check) */
 };
 
 /*
  * Computes the change list of @layers restricted to @sel, sorted with
- * ovl_path_cmp. Returns 0 and *ret (free with ovl_changes_free) or -errno.
+ * ovl_path_cmp. @flags: OVL_DIFF_*. Returns 0 and *ret (free with
+ * ovl_changes_free) or -errno.
  */
-int ovl_diff_compute(const struct ovl_layers *layers, const struct ovl_sel *sel, struct ovl_changes **ret);
+int ovl_diff_compute(const struct ovl_layers *layers, const struct ovl_sel *sel, unsigned flags,
+                     struct ovl_changes **ret);
 
+/* Frees a change list. Accepts NULL. */
 void ovl_changes_free(struct ovl_changes *c);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct ovl_changes *, ovl_changes_free)
 
@@ -91,8 +94,10 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct ovl_changes *, ovl_changes_free)
 int ovl_diff_check_selection(const struct ovl_layers *layers, const struct ovl_sel *sel,
                              const struct ovl_changes *c, cJSON **ret_error);
 
+/* Names used in the JSON format ("added", ...; "file", ...). Static strings. */
 const char *ovl_status_to_string(enum ovl_status s);
 const char *ovl_ftype_to_string(enum ovl_ftype t);
+/* The file type of a st_mode. */
 enum ovl_ftype ovl_ftype_from_mode(mode_t m);
 
 /* The summary as a JSON object (NULL on ENOMEM). */
@@ -112,6 +117,7 @@ struct ovl_lstack {
 	int layer[16];
 };
 
+/* Closes the fds of @s and empties it. */
 void ovl_lstack_done(struct ovl_lstack *s);
 
 /* The lower stack of the root of all lower layers. Returns 0 or -errno. */
