@@ -11,6 +11,7 @@
  * "/draftbox/<name>" on v2 (the no-internal-processes rule forbids nesting
  * below a cgroup that has processes).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -178,6 +179,28 @@ enum launch_cgroup_version launch_cgroup_detect(void)
 	return LAUNCH_CGROUP_NONE;
 }
 
+/*
+ * Removes "run-<pid>-*" dirs in @parent whose launcher is gone (it was
+ * SIGKILLed before it could clean up). rmdir only succeeds on an empty
+ * cgroup, so a live run is never touched.
+ */
+static void prune_stale(const char *parent)
+{
+	_cleanup_closedir_ DIR *d = opendir(parent);
+	struct dirent *de;
+
+	while (d && (de = readdir(d))) {
+		long pid;
+
+		if (strncmp(de->d_name, "run-", 4) != 0)
+			continue;
+		pid = strtol(de->d_name + 4, NULL, 10);
+		if (pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		(void)unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
+	}
+}
+
 /* mkdir -p below an existing @root of @rel (absolute-looking, "/a/b"). */
 static int mkdir_below(const char *root, const char *rel, char **ret)
 {
@@ -196,6 +219,13 @@ static int mkdir_below(const char *root, const char *rel, char **ret)
 	}
 	if (mkdir(path, 0755) < 0)
 		return -errno; /* the run's own dir must be new */
+	{
+		char *slash = strrchr(path, '/');
+
+		*slash = 0;
+		prune_stale(path);
+		*slash = '/';
+	}
 	*ret = TAKE_PTR(path);
 	return 0;
 }
@@ -321,6 +351,7 @@ static int create_v2(const struct launch_config *c, const char *name, struct lau
 	if (r < 0)
 		return r;
 	(void)write_file(base, "cgroup.subtree_control", "+cpu");
+	prune_stale(base);
 	if (asprintf(&cg->v2_path, "%s/%s", base, name) < 0)
 		return -ENOMEM;
 	if (mkdir(cg->v2_path, 0755) < 0) {
