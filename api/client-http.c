@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -185,7 +186,7 @@ static int send_all(int fd, const void *buf, size_t size)
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			return -errno;
+			return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
 		}
 		p += n;
 		size -= (size_t)n;
@@ -235,7 +236,7 @@ static ssize_t fill(struct http_response *r)
 		n = recv(r->fd, r->buf + r->end, r->alloc - r->end, 0);
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
-		return -errno;
+		return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
 	r->end += (size_t)n;
 	return n;
 }
@@ -395,6 +396,12 @@ int http_request(const struct http_url *url, const char *method, const char *tar
 	r.fd = connect_url(url);
 	if (r.fd < 0)
 		return r.fd;
+	if (url->timeout_s > 0) {
+		struct timeval tv = { .tv_sec = (time_t)url->timeout_s };
+
+		(void)setsockopt(r.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		(void)setsockopt(r.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	}
 	k = send_all(r.fd, head, strlen(head));
 	for (size_t i = 0; k == 0 && i < n_parts; i++)
 		k = parts[i].data ? send_all(r.fd, parts[i].data, parts[i].size) : send_fd(r.fd, parts[i].fd, parts[i].size);

@@ -26,6 +26,7 @@ struct http_url {
 	uint16_t port;
 	char *socket_path;
 	char *base;       /* path prefix without trailing '/', "" if none */
+	unsigned timeout_s; /* send/receive inactivity timeout, 0 = none (set by the caller, not parsed) */
 };
 
 /* Parses @s into *ret (fields are new strings). Returns 0, -EINVAL (unsupported or malformed) or -ENOMEM. */
@@ -62,8 +63,10 @@ struct http_response {
  * User-Agent, Connection: close, the extra "Name: value" lines of @headers
  * (NULL-terminated vector, may be NULL) and a body made of @parts (Content-
  * Length is their total; no body when @n_parts is 0), then reads the status
- * line and headers into *ret. Returns 0 or -errno (-EPROTO for a malformed
- * response, -E2BIG for a head over HTTP_MAX_HEAD, -ECONNREFUSED, ...).
+ * line and headers into *ret. With @url->timeout_s, a connection silent
+ * that long fails with -ETIMEDOUT (here or in http_read_body()). Returns 0
+ * or -errno (-EPROTO for a malformed response, -E2BIG for a head over
+ * HTTP_MAX_HEAD, -ECONNREFUSED, ...).
  */
 int http_request(const struct http_url *url, const char *method, const char *target, char *const *headers,
 		 const struct http_body_part *parts, size_t n_parts, struct http_response *ret);

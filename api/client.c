@@ -659,6 +659,8 @@ static int cmd_run(struct client *c, int argc, char **argv, int *ret_status)
 	if (!body)
 		return -ENOMEM;
 	part = (struct http_body_part){ .data = body, .fd = -1, .size = strlen(body) };
+	/* A command may stay silent for as long as it likes: no inactivity timeout for the stream. */
+	c->url.timeout_s = 0;
 	r = client_request(c, "POST", target, "application/json", &part, 1, &resp);
 	if (r < 0)
 		return r;
@@ -962,6 +964,7 @@ static void usage(FILE *f)
 	      "Server: --url, $DRAFTBOX_URL (default " CLIENT_DEFAULT_URL "), or --socket PATH / unix:PATH.\n"
 	      "Token: --token, $DRAFTBOX_TOKEN, else the token file (--token-file, $DRAFTBOX_TOKEN_FILE,\n"
 	      "default STATE/token with STATE from --state-dir, $DRAFTBOX_STATE_DIR or " CLIENT_DEFAULT_STATE_DIR ").\n"
+	      "Timeout: a request (not a run) fails after $DRAFTBOX_TIMEOUT seconds of silence (default 300).\n"
 	      "`run` exits with the command's exit status; draftbox itself exits 1 when the server refuses\n"
 	      "a request, 2 for a bad command line and 3 when the server cannot be reached.\n",
 	      f);
@@ -1014,7 +1017,7 @@ int client_main(int argc, char **argv)
 	_cleanup_free_ char *url_buf = NULL, *token_path = NULL;
 	const char *url = getenv("DRAFTBOX_URL"), *socket_path = getenv("DRAFTBOX_SOCKET");
 	const char *token = getenv("DRAFTBOX_TOKEN"), *token_file = getenv("DRAFTBOX_TOKEN_FILE");
-	const char *state_dir = getenv("DRAFTBOX_STATE_DIR");
+	const char *state_dir = getenv("DRAFTBOX_STATE_DIR"), *timeout_env = getenv("DRAFTBOX_TIMEOUT");
 	bool no_color = false;
 	int o, r, status = 0;
 
@@ -1074,6 +1077,20 @@ int client_main(int argc, char **argv)
 	if (r < 0) {
 		client_error(&c, "invalid server address '%s': use http://HOST:PORT or unix:/PATH", url);
 		return CLIENT_EXIT_USAGE;
+	}
+	c.url.timeout_s = CLIENT_DEFAULT_TIMEOUT;
+	if (timeout_env && *timeout_env) {
+		char *end;
+		unsigned long v;
+
+		errno = 0;
+		v = strtoul(timeout_env, &end, 10);
+		if (errno || *end || v > 86400) {
+			client_error(&c, "invalid DRAFTBOX_TIMEOUT '%s': seconds, 0 for none", timeout_env);
+			http_url_done(&c.url);
+			return CLIENT_EXIT_USAGE;
+		}
+		c.url.timeout_s = (unsigned)v;
 	}
 	if (token && *token)
 		c.token = strdup(token);

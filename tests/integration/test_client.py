@@ -295,6 +295,32 @@ def test_run_stops_when_its_reader_goes_away(fake):
     assert r.stdout == b"y\ny\ny\n141\n", r
 
 
+def test_timeouts(fake):
+    url, rec = fake
+
+    def slow(req):
+        time.sleep(2.5)
+        return 200, {"Content-Type": "application/json"}, json.dumps({"sessions": []})
+
+    def quiet_run(req):
+        def frames():
+            time.sleep(2.5)  # a command silent for longer than the request timeout
+            yield json.dumps({"type": "stdout", "text": "late"}) + "\n\n"
+            yield json.dumps({"type": "execution_complete"}) + "\n\n"
+        return 200, {"Content-Type": "text/event-stream"}, frames()
+
+    rec.routes[("GET", "/v1/isolated/sessions")] = slow
+    rec.routes[("POST", "/v1/isolated/session/s/run")] = quiet_run
+    r = run_client(["--url", url, "session", "ls"], {"DRAFTBOX_TIMEOUT": "1"})
+    assert r.returncode == 3 and b"timed out" in r.stderr, r
+    r = run_client(["--url", url, "session", "ls"], {"DRAFTBOX_TIMEOUT": "0"})
+    assert r.returncode == 0, r
+    r = run_client(["--url", url, "run", "s", "--", "sleep 2; echo late"], {"DRAFTBOX_TIMEOUT": "1"})
+    assert (r.returncode, r.stdout) == (0, b"late\n"), r
+    r = run_client(["--url", url, "session", "ls"], {"DRAFTBOX_TIMEOUT": "soon"})
+    assert r.returncode == 2
+
+
 def test_server_error_is_reported(fake):
     url, rec = fake
     rec.routes[("DELETE", "/v1/isolated/session/nope")] = json_reply(
