@@ -236,3 +236,28 @@ def test_offline_status(session):
     assert st["mounted"] is False and st["journal"] == "none"
     assert st["summary"]["total"] == len(session.changes())
     assert st["upper_inodes"] > 0 and st["upper_bytes"] > 0
+
+
+def test_oci_tar_long_names_xattrs_ids(session):
+    import tarfile
+    deep = "/".join(["component%02d" % i for i in range(12)])  # > 100 bytes
+
+    def ed(m):
+        os.makedirs(os.path.join(m, deep))
+        p = os.path.join(m, deep, "file-with-a-long-name.txt")
+        with open(p, "w") as f:
+            f.write("deep\n")
+        os.setxattr(p, "user.note", b"hello\x00world")
+        os.chown(p, 3000000, 3000001)  # beyond ustar's 7 octal digits
+        os.symlink("x" * 150, os.path.join(m, "longlink"))
+    session.change(ed)
+    tf = os.path.join(session.root, "layer.tar")
+    with open(tf, "wb") as f:
+        f.write(session.run("diff", "--format", "tar", binary=True).stdout)
+    with tarfile.open(tf) as t:
+        m = {x.name.rstrip("/"): x for x in t.getmembers()}
+    f = m[deep + "/file-with-a-long-name.txt"]
+    assert f.size == 5 and (f.uid, f.gid) == (3000000, 3000001)
+    assert f.pax_headers.get("SCHILY.xattr.user.note") is not None
+    assert m["longlink"].issym() and m["longlink"].linkname == "x" * 150
+    assert m["component00"].isdir()
