@@ -286,3 +286,18 @@ def test_symlink_swap_race(session):
         t.join()
     assert snapshot(canary) == canary_before
     assert os.path.isdir(sub) and not os.path.islink(sub)
+
+
+def test_dry_run_and_output_file(session):
+    populate(session.lower)
+    session.change(edit)
+    lower_before = snapshot(session.lower)
+    upper_before = snapshot(session.upper)
+    out = json.loads(session.run("commit", "--dry-run").stdout)
+    assert out["dry_run"] is True and "README" in out["committed"]
+    assert snapshot(session.lower) == lower_before and snapshot(session.upper) == upper_before
+    dest = os.path.join(session.root, "out.json")
+    p = session.run("diff", "--output", dest, "-v")
+    assert p.stdout == "" and '"summary"' in p.stderr
+    with open(dest) as f:
+        assert "README" in {c["path"] for c in json.load(f)["changes"]}
