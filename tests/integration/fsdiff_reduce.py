@@ -21,7 +21,7 @@ def attempt(ops):
         k = env.mount("kernel", lowers, name="kernel")
         d = env.mount_impl(lowers, name="impl")
         try:
-            td.run_sequence(k.path, d.path, 0, 0, ops=ops)
+            td.run_sequence(k.path, k.upper, d.path, 0, 0, ops=ops)
         except AssertionError as e:
             if f"op #{len(ops) - 1} " in str(e):
                 return str(e)
@@ -41,7 +41,7 @@ def main():
         k = env.mount("kernel", lowers, name="kernel")
         d = env.mount_impl(lowers, name="impl")
         try:
-            td.run_sequence(k.path, d.path, seed, nops)
+            td.run_sequence(k.path, k.upper, d.path, seed, nops)
             print("no failure")
             return 1
         except AssertionError as e:

@@ -4,8 +4,7 @@
 The implementation under test is draftfs unless $DRAFTFS_IMPL says
 otherwise: "fuse-overlayfs" (to develop the harness while draftfs is not
 there yet) or "kernel" (kernel overlayfs against itself: a self-check of
-the differential harness, with redirect_dir=on so that lower directories
-can be renamed as draftfs does it: it must find no difference at all).
+the harness, which must then find no difference at all).
 Every mount made here is unmounted at teardown, with umount -l as the last
 resort, and FUSE daemons run in the foreground (-f) as our children, so a
 test can kill them and their stderr (ASan/UBSan reports) is checked.
@@ -26,8 +25,8 @@ import pytest
 from conftest import build_path
 
 IMPL = os.environ.get("DRAFTFS_IMPL", "draftfs")
-KERNEL_OPTS = "redirect_dir=on,index=off,metacopy=off,xino=off"
-KERNEL_IMPL_OPTS = "redirect_dir=on,index=off,metacopy=off,xino=off"
+KERNEL_OPTS = "redirect_dir=off,index=off,metacopy=off,xino=off"
+KERNEL_IMPL_OPTS = KERNEL_OPTS
 # Reading an upper written by someone else: follow redirects if there are any.
 KERNEL_VERIFY_OPTS = "redirect_dir=follow,index=off,metacopy=off,xino=off"
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
@@ -216,10 +215,12 @@ class Mount:
 
     def stop(self, check=True):
         """Unmounts; for FUSE waits for the daemon, which must exit 0 with a clean stderr."""
+        how = "umount"
         if is_mounted(self.path):
             r = subprocess.run(["umount", self.path], capture_output=True)
             if r.returncode != 0:
                 # busy or dead: detach, then make sure the daemon goes
+                how = f"umount failed ({r.stderr.decode().strip()}), then lazy unmount"
                 force_unmount(self.path)
         if self.proc is None:
             return
@@ -232,7 +233,7 @@ class Mount:
             self.proc = None
             if check:
                 raise AssertionError(f"{self.kind} daemon for '{self.path}' did not exit within 30s after "
-                                     f"unmount; threads: {threads}; stderr: {self.stderr()[-2000:]}")
+                                     f"unmount ({how}); threads: {threads}; stderr: {self.stderr()[-2000:]}")
             return
         proc, self.proc = self.proc, None
         err = self.stderr()
@@ -284,7 +285,6 @@ class FsEnv:
 
     def mount_impl(self, lowers, **kw):
         if IMPL == "kernel" and "opts" not in kw:
-            # the self-check: redirect_dir=on renames lower dirs like draftfs must
             kw["opts"] = KERNEL_IMPL_OPTS
         return self.mount(IMPL, lowers, **kw)
 
@@ -306,6 +306,27 @@ class FsEnv:
             errors.append(f"mounts left behind: {left}")
         if errors:
             raise AssertionError("; ".join(errors))
+
+
+def _private_mount_namespace():
+    """Moves this process (and the daemons it starts) into a private mount namespace.
+
+    Other programs on the host (bwrap sandboxes of other suites) copy every
+    mount that exists when they unshare; a copy of one of our FUSE mounts
+    keeps its daemon alive after our umount. In a namespace of our own, our
+    mounts are never copied, and they cannot leak onto the host.
+    """
+    if os.geteuid() != 0 or os.environ.get("DRAFTFS_TEST_SHARED_NS"):
+        return
+    CLONE_NEWNS, MS_REC, MS_PRIVATE = 0x00020000, 0x4000, 1 << 18
+    if _libc.unshare(CLONE_NEWNS) != 0:
+        return
+    if _libc.mount(b"none", b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"cannot make / private in the test's mount namespace: {os.strerror(e)}")
+
+
+_private_mount_namespace()
 
 
 def _on_sigterm(signum, frame):
