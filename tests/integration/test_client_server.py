@@ -23,8 +23,10 @@ def test_client_workflow(api):  # noqa: F811
 
     def dbx(*args, input=None, ok=True):
         r = subprocess.run([DRAFTBOX] + list(args), env=base_env, input=input, capture_output=True, timeout=120)
-        if ok:
-            assert r.returncode == 0, (args, r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+        if ok and r.returncode != 0:
+            raise AssertionError(f"draftbox {' '.join(args)} exited {r.returncode}\nstdout: "
+                                 f"{r.stdout[-2000:].decode(errors='replace')}\nstderr: "
+                                 f"{r.stderr[-2000:].decode(errors='replace')}\nserver log:\n{srv.read_log()[-3000:]}")
         return r
 
     sid = dbx("session", "create", "--workspace", ws).stdout.decode().strip()
