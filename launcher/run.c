@@ -928,6 +928,16 @@ int launch_main(int argc, char **argv)
 	int r, status;
 
 	log_set_program("draftbox-run");
+	/* a closed 0/1/2 would be reused by our own fds and then leak into (or vanish from) the sandbox */
+	for (int fd = 0; fd < 3; fd++)
+		if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+			int null = open("/dev/null", O_RDWR);
+
+			if (null != fd) {
+				fprintf(stderr, "draftbox-run: cannot open /dev/null\n");
+				return LAUNCH_EXIT_FAILURE;
+			}
+		}
 	signal(SIGPIPE, SIG_IGN); /* a dead sandbox shows up as EPIPE, not as our death */
 	/*
 	 * When a kill takes bwrap down before the sandbox's init, that init
