@@ -101,6 +101,9 @@ int launch_bwrap_args(const struct launch_config *c, const struct launch_plan *p
 	/* the exec helper is the pid namespace's init: one process fewer, and the sandbox cannot signal it */
 	ADD("--new-session", "--die-with-parent", "--as-pid-1");
 	ADD("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc");
+	/* bwrap's /dev/shm is a root-owned dir: POSIX semaphores and shm need a writable tmpfs */
+	snprintf(num, sizeof(num), "%llu", (unsigned long long)c->tmp_size);
+	ADD("--perms", "1777", "--size", num, "--tmpfs", "/dev/shm");
 	/* host sockets (D-Bus, docker, our server, the uid locks) live under /run */
 	ADD("--perms", "0755", "--tmpfs", "/run");
 	if (c->profile == LAUNCH_PROFILE_STRICT) {

@@ -97,9 +97,11 @@ def test_rlimits_applied(box):
 
 
 def test_tmp_is_private_and_sized(box):
-    r = box.run(["sh", "-c", "df -k /tmp | tail -1; ls -A /tmp | wc -l"], "--tmp-size", "8M", mode="ro")
+    r = box.run(["sh", "-c", "df -k /tmp | tail -1; touch /tmp/a /dev/shm/b && echo WRITABLE"],
+                "--tmp-size", "8M", mode="ro")
     fields = r.stdout.split()
     assert int(fields[1]) == 8192, r
+    assert b"WRITABLE" in r.stdout, r
 
 
 def test_uid_pool_exhaustion_is_a_clear_error(box):
