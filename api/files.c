@@ -304,6 +304,57 @@ static void format_time(const struct statx_timestamp *ts, char *buf, size_t size
 		snprintf(buf + n, size - n, "Z");
 }
 
+/*
+ * uid/gid → name, remembered per thread for a few seconds: a listing of a
+ * big directory asks for the same one or two owners thousands of times, and
+ * each NSS lookup of an id without a name scans all of /etc/passwd.
+ */
+#define NAME_CACHE_SLOTS 8
+#define NAME_CACHE_TTL_S 5
+
+struct name_cache_entry {
+	uint32_t id;
+	time_t when; /* 0: empty */
+	char name[64];
+};
+
+static __thread struct name_cache_entry uid_cache[NAME_CACHE_SLOTS], gid_cache[NAME_CACHE_SLOTS];
+static __thread unsigned uid_cache_next, gid_cache_next;
+
+/* Writes the user (@is_group false) or group name of @id, or the id in decimal, into @out. */
+static void id_name(uint32_t id, bool is_group, char out[64])
+{
+	struct name_cache_entry *cache = is_group ? gid_cache : uid_cache;
+	unsigned *next = is_group ? &gid_cache_next : &uid_cache_next;
+	time_t now = time(NULL);
+	char buf[4096];
+	const char *name = NULL;
+
+	for (unsigned i = 0; i < NAME_CACHE_SLOTS; i++)
+		if (cache[i].when && cache[i].id == id && now - cache[i].when < NAME_CACHE_TTL_S) {
+			memcpy(out, cache[i].name, 64);
+			return;
+		}
+	if (is_group) {
+		struct group gr, *res = NULL;
+
+		if (getgrgid_r(id, &gr, buf, sizeof(buf), &res) == 0 && res)
+			name = res->gr_name;
+	} else {
+		struct passwd pw, *res = NULL;
+
+		if (getpwuid_r(id, &pw, buf, sizeof(buf), &res) == 0 && res)
+			name = res->pw_name;
+	}
+	if (name && strlen(name) < 64)
+		snprintf(out, 64, "%s", name);
+	else
+		snprintf(out, 64, "%" PRIu32, id);
+	cache[*next] = (struct name_cache_entry){ .id = id, .when = now ? now : 1 };
+	memcpy(cache[*next].name, out, 64);
+	*next = (*next + 1) % NAME_CACHE_SLOTS;
+}
+
 static const char *type_name(mode_t mode)
 {
 	if (S_ISREG(mode))
@@ -318,10 +369,7 @@ static const char *type_name(mode_t mode)
 int api_files_info_from_statx(const struct statx *stx, const char *display, cJSON **ret)
 {
 	_cleanup_json_ cJSON *o = cJSON_CreateObject();
-	char when[64], name[64], pwbuf[4096], modebuf[16];
-	struct passwd pw, *pwr = NULL;
-	struct group gr, *grr = NULL;
-	const char *owner, *group;
+	char when[64], name[64], modebuf[16];
 	const struct statx_timestamp *created;
 
 	if (!o)
@@ -338,21 +386,11 @@ int api_files_info_from_statx(const struct statx *stx, const char *display, cJSO
 	if (!cJSON_AddStringToObject(o, "created_at", when))
 		return -ENOMEM;
 
-	if (getpwuid_r(stx->stx_uid, &pw, pwbuf, sizeof(pwbuf), &pwr) == 0 && pwr)
-		owner = pwr->pw_name;
-	else {
-		snprintf(name, sizeof(name), "%" PRIu32, stx->stx_uid);
-		owner = name;
-	}
-	if (!cJSON_AddStringToObject(o, "owner", owner))
+	id_name(stx->stx_uid, false, name);
+	if (!cJSON_AddStringToObject(o, "owner", name))
 		return -ENOMEM;
-	if (getgrgid_r(stx->stx_gid, &gr, pwbuf, sizeof(pwbuf), &grr) == 0 && grr)
-		group = grr->gr_name;
-	else {
-		snprintf(name, sizeof(name), "%" PRIu32, stx->stx_gid);
-		group = name;
-	}
-	if (!cJSON_AddStringToObject(o, "group", group))
+	id_name(stx->stx_gid, true, name);
+	if (!cJSON_AddStringToObject(o, "group", name))
 		return -ENOMEM;
 	/* Octal digits sent as a decimal integer: 0755 → 755. */
 	snprintf(modebuf, sizeof(modebuf), "%o", (unsigned)(stx->stx_mode & 07777));
