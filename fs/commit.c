@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
@@ -78,6 +79,16 @@ struct commit {
 	char **remap_from, **remap_to;
 	size_t n_remap;
 	bool recovering; /* temps of an earlier try may be around */
+	/*
+	 * The target directory each staged entry was written into, kept open
+	 * until its rename: apply renames within the very directory that was
+	 * checked at staging, wherever the host may have moved it since.
+	 * held[i] indexes held_fds (-1: resolve the path again).
+	 */
+	int *held;
+	int *held_fds;
+	size_t n_held;
+	char *held_path;
 	cJSON *kept;
 	cJSON *committed;
 };
@@ -575,7 +586,43 @@ static int stage_entry(struct commit *cm, const struct ovl_change *e)
 }
 
 /* Applies change @e in the target: deletion or rename of the staged temp. */
-static int apply_entry(struct commit *cm, const struct ovl_change *e)
+/* Remembers the cached target dir as the directory of staged change @i. Best effort. */
+static void hold_dir(struct commit *cm, size_t i)
+{
+	const struct ovl_change *e = &cm->changes->v[i];
+	int *nf, fd;
+
+	if (!cm->held || e->new_type == OVL_FT_DIR || e->new_type == OVL_FT_NONE || cm->dir_fd < 0 || !cm->dir_path)
+		return;
+	if (cm->held_path && strcmp(cm->held_path, cm->dir_path) == 0 && cm->n_held > 0) {
+		cm->held[i] = (int)cm->n_held - 1;
+		return;
+	}
+	fd = fcntl(cm->dir_fd, F_DUPFD_CLOEXEC, 3);
+	if (fd < 0)
+		return; /* EMFILE: apply resolves the path again */
+	nf = realloc(cm->held_fds, (cm->n_held + 1) * sizeof(int));
+	if (!nf) {
+		safe_close(fd);
+		return;
+	}
+	cm->held_fds = nf;
+	nf[cm->n_held++] = fd;
+	free(cm->held_path);
+	cm->held_path = strdup(cm->dir_path);
+	cm->held[i] = (int)cm->n_held - 1;
+}
+
+static void held_done(struct commit *cm)
+{
+	for (size_t i = 0; i < cm->n_held; i++)
+		safe_close(cm->held_fds[i]);
+	free(cm->held_fds);
+	free(cm->held);
+	free(cm->held_path);
+}
+
+static int apply_entry(struct commit *cm, const struct ovl_change *e, size_t idx)
 {
 	_cleanup_free_ char *dir = NULL;
 	const char *name;
@@ -588,7 +635,10 @@ static int apply_entry(struct commit *cm, const struct ovl_change *e)
 		return -ENOMEM;
 	if (e->new_type == OVL_FT_NONE && e->old_layer != 0)
 		return 0; /* only a base layer has it: nothing in the target */
-	dfd = target_dir(cm, dir, e->new_type != OVL_FT_NONE);
+	if (cm->held && cm->held[idx] >= 0)
+		dfd = cm->held_fds[cm->held[idx]];
+	else
+		dfd = target_dir(cm, dir, e->new_type != OVL_FT_NONE);
 	if (dfd < 0 && e->new_type == OVL_FT_NONE && (dfd == -ENOENT || dfd == -ENOTDIR))
 		return 0; /* its directory is already gone */
 	if (dfd < 0)
@@ -822,6 +872,18 @@ static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 	size_t i;
 	int r;
 
+	{
+		/* one fd per target directory with staged files: let the soft limit go up to the hard one */
+		struct rlimit rl;
+
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+			rl.rlim_cur = MIN(rl.rlim_max, (rlim_t)1 << 20);
+			(void)setrlimit(RLIMIT_NOFILE, &rl);
+		}
+	}
+	cm->held = malloc(MAX(cm->changes->n, (size_t)1) * sizeof(int));
+	for (i = 0; cm->held && i < cm->changes->n; i++)
+		cm->held[i] = -1;
 	if (!recovering) {
 		r = ovl_journal_write(l->state_fd, cm->target_fd, cm->sel, cm->opts);
 		if (r < 0)
@@ -836,6 +898,7 @@ static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 		r = stage_entry(cm, e);
 		if (r < 0)
 			goto fail_staging;
+		hold_dir(cm, i);
 	}
 	r = ovl_syncfs_fd(cm->target_fd);
 	if (r < 0)
@@ -844,7 +907,7 @@ static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 	for (i = 0; i < cm->changes->n; i++) {
 		const struct ovl_change *e = &cm->changes->v[i];
 
-		r = apply_entry(cm, e);
+		r = apply_entry(cm, e, i);
 		if (r < 0)
 			goto fail;
 		cJSON_AddItemToArray(cm->committed, cJSON_CreateString(e->path));
@@ -995,6 +1058,7 @@ out:
 		live->quiesce(live->userdata, false);
 	kept = cm.kept;
 	remap_done(&cm);
+	held_done(&cm);
 	free(cm.udir_path);
 	safe_close(cm.udir_fd);
 	free(cm.dir_path);

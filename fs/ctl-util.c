@@ -602,8 +602,8 @@ void ovl_trash_purge(int state_fd, bool threaded)
 	}
 	/*
 	 * A host command: hand the trash to rm(1) and do not wait. posix_spawn
-	 * returns only after the exec, so the child never holds our fds (the
-	 * session lock above all) the way a forked child would.
+	 * returns only once the child is about to exec, with its other fds (the
+	 * session lock above all) closed.
 	 */
 	{
 		static atomic_uint counter;
@@ -632,6 +632,12 @@ void ovl_trash_purge(int state_fd, bool threaded)
 		posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 		posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 		posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+		/*
+		 * Close the rest before exec, not at exec: the kernel wakes a
+		 * vfork parent before it closes O_CLOEXEC fds, so the session
+		 * lock could still be held by the child when we take it again.
+		 */
+		posix_spawn_file_actions_addclosefrom_np(&fa, 3);
 		posix_spawnattr_init(&attr);
 		posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
 		(void)posix_spawn(&pid, "/bin/rm", &fa, &attr, argv, environ); /* on failure the dir stays: harmless */

@@ -206,7 +206,16 @@ static void test_diff_and_commit(void)
 		}
 		cJSON_Delete(res);
 		res = NULL;
-		ok(ovl_ctl_discard(ctl, NULL, &res, &err) == 0, "discard all");
+		{
+			int r = ovl_ctl_discard(ctl, NULL, &res, &err);
+			const char *msg = NULL;
+
+			if (err)
+				(void)json_get_string(err, "error", &msg);
+			ok(r == 0, "discard all (%d %s)", r, msg ? msg : "");
+			cJSON_Delete(err);
+			err = NULL;
+		}
 		cJSON_Delete(res);
 		ovl_ctl_close(ctl);
 	}
