@@ -286,6 +286,14 @@ def test_symlink_swap_race(session):
         t.join()
     assert snapshot(canary) == canary_before
     assert os.path.isdir(sub) and not os.path.islink(sub)
+    # a commit that lost a race failed cleanly (no journal left); once the
+    # swapping stops the commit goes through, into the real directory
+    session.run("commit")
+    assert snapshot(canary) == canary_before
+    assert open(os.path.join(sub, "passwd")).read() == "pwned\n"
+    for i in range(n):
+        assert open(os.path.join(sub, "f%03d" % i)).read() == "payload %d\n" % i
+    assert session.changes() == {}
 
 
 def test_dry_run_and_output_file(session):

@@ -158,6 +158,15 @@ def test_live_diff_commit_discard(live):
     assert set(m.changes(os.path.join(mp, "z"))) == {"z"}
     p = m.run("diff", "/etc/passwd", check=False)
     assert p.returncode == 2 and "outside the mount" in p.stderr
+    assert json.loads(m.run("invalidate", "src").stdout)["invalidated"] == 1
+    assert json.loads(m.run("recover").stdout)["recovered"] is False
+    # --socket reaches the same daemon
+    st = json.loads(subprocess.run([draftfs_bin(), "status", "--socket", m.socket()], capture_output=True,
+                                   check=True).stdout)
+    assert st["mounted"] and st["mountpoint"] == os.path.realpath(mp)
+    # offline commands refuse a mounted session (the daemon holds the session lock)
+    p = s.run("commit", check=False)
+    assert p.returncode == 1 and "mounted" in p.stderr
 
 
 def test_live_commit_while_writing(live):
