@@ -580,6 +580,30 @@ static void test_dirs(void)
 	cJSON_Delete(j);
 }
 
+static void test_utf8_names(void)
+{
+	cJSON *j = NULL;
+	const char *path;
+
+	mkdir(p_in("names"), 0755);
+	put(p_in("names/bad\xff\xfe.txt"), "x");
+	put(p_in("names/caf\xc3\xa9.txt"), "x");
+	put(p_in("names/over\xc0\xaflong"), "x");
+	put(p_in("names/trunc\xe2\x82"), "x");
+	is_int(api_dirs_list(&R, "names", 1, NULL, &j, NULL), 0, "list names that are not UTF-8");
+	is_int(cJSON_GetArraySize(j), 4, "four names");
+	path = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(j, 0), "path"));
+	is_str(path, "/work/proj/names/bad\xef\xbf\xbd\xef\xbf\xbd.txt", "invalid bytes become U+FFFD");
+	path = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(j, 1), "path"));
+	is_str(path, "/work/proj/names/caf\xc3\xa9.txt", "valid UTF-8 kept");
+	path = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(j, 2), "path"));
+	is_str(path, "/work/proj/names/over\xef\xbf\xbd\xef\xbf\xbdlong", "overlong encoding replaced");
+	path = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(j, 3), "path"));
+	is_str(path, "/work/proj/names/trunc\xef\xbf\xbd\xef\xbf\xbd", "truncated sequence replaced");
+	cJSON_Delete(j);
+	is_int(api_dirs_remove(&R, "names"), 0, "remove names");
+}
+
 static void test_info(void)
 {
 	char *paths[] = { "/work/proj/atom", "plain", NULL };
@@ -678,6 +702,7 @@ int main(void)
 	test_remove_move_perms();
 	test_dirs();
 	test_info();
+	test_utf8_names();
 	test_race();
 
 	close(fd);
