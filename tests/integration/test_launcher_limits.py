@@ -124,3 +124,65 @@ def test_uid_pool_exhaustion_is_a_clear_error(box):
                         "--uid-pool", "10990-10990", "--", "id", "-u"], capture_output=True,
                        stdin=subprocess.DEVNULL)
     assert p.returncode == 0 and p.stdout == b"10990\n", p
+
+
+def _cgroup_dir(pid, controller):
+    """The cgroup v1 dir of @pid for @controller, or the v2 dir (controller None)."""
+    with open(f"/proc/{pid}/cgroup") as f:
+        for line in f:
+            _, ctrls, path = line.rstrip("\n").split(":", 2)
+            if (controller is None and ctrls == "") or controller in ctrls.split(","):
+                with open("/proc/self/mountinfo") as m:
+                    for ml in m:
+                        parts = ml.split()
+                        fstype = parts[parts.index("-") + 1]
+                        opts = parts[-1].split(",")
+                        if controller is None and fstype == "cgroup2":
+                            return parts[4] + path
+                        if controller and fstype == "cgroup" and controller in opts:
+                            return parts[4] + path
+    return None
+
+
+def _comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def test_limits_apply_to_the_sandboxed_process(box):
+    opts = private_uid()
+    uid = int(opts[1])
+    p = subprocess.Popen([RUN, "--workspace", box.ws, "--mode", "ro", "--pids", "33", "--memory", "100M",
+                          "--cpu", "0.5", *opts, "--", "sh", "-c", "echo up; exec sleep 30"],
+                         stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        assert p.stdout.readline() == b"up\n"
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            pids = [q for q in procs_of_uid(uid) if _comm(q) == "sleep"]
+            if pids:
+                break
+            time.sleep(0.05)
+        assert pids
+        pid = pids[0]
+        v2 = _cgroup_dir(pid, None)
+        pids_dir = _cgroup_dir(pid, "pids")
+        if pids_dir and "/draftbox/run-" in pids_dir:
+            mem = _cgroup_dir(pid, "memory")
+            cpu = _cgroup_dir(pid, "cpu")
+            assert open(os.path.join(pids_dir, "pids.max")).read().strip() == "33"
+            assert int(open(os.path.join(mem, "memory.limit_in_bytes")).read()) == 100 << 20
+            assert int(open(os.path.join(cpu, "cpu.cfs_quota_us")).read()) == 50000
+            assert "/draftbox/run-" in mem and "/draftbox/run-" in cpu
+        else:
+            assert v2 and "/draftbox/run-" in v2, (v2, pids_dir)
+            assert open(os.path.join(v2, "pids.max")).read().strip() == "33"
+            assert int(open(os.path.join(v2, "memory.max")).read()) == 100 << 20
+            assert open(os.path.join(v2, "cpu.max")).read().split()[0] == "50000"
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+    assert not procs_of_uid(uid)
