@@ -92,8 +92,9 @@ int api_server_main(struct api_config *cfg)
 	log_info("stopping (signal %d); sessions, mounts and uppers stay for the next start", sig);
 	r = 0;
 out:
-	api_http_stop(&srv);
+	/* cancel runs first: their streams end, so MHD can join the connection threads */
 	api_sessions_shutdown(&srv);
+	api_http_stop(&srv);
 	api_caps_done(&srv.caps);
 	api_sessions_free(&srv);
 	free(srv.token);

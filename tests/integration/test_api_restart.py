@@ -87,3 +87,26 @@ def test_crash_kills_orphan_runs(env):
     assert out == "alive"
     c.delete(sid)
     srv.stop()
+
+
+def test_stop_during_a_run(env):
+    srv = env.server()
+    c = srv.client()
+    sid = c.create(env.workspace())
+    res = {}
+    t = threading.Thread(target=lambda: res.setdefault("r", c.run(sid, "echo go; sleep 60")), daemon=True)
+    t.start()
+    deadline = time.time() + 20
+    while not os.path.exists(os.path.join(srv.state, "sessions", sid, "run.pid")) and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    t0 = time.time()
+    srv.stop()   # SIGTERM: the run is cancelled, the server exits 0 without sanitizer reports
+    assert time.time() - t0 < 20
+    t.join(20)
+    srv.start()
+    c = srv.client()
+    out, _ = c.run_ok(sid, "echo again")
+    assert out == "again"
+    c.delete(sid)
+    srv.stop()
