@@ -799,14 +799,24 @@ int launch_run(struct launch_config *c)
 	}
 
 	/* identity */
+	if (asprintf(&uid_dir, "%s/uids", c->runtime_dir) < 0) {
+		r = log_oom();
+		goto out;
+	}
 	if (c->uid_explicit) {
 		s.uid = c->uid;
 		s.gid = c->gid;
-	} else {
-		if (asprintf(&uid_dir, "%s/uids", c->runtime_dir) < 0) {
-			r = log_oom();
+		/*
+		 * The caller owns the uid (draftboxd holds its lock for the
+		 * session's life). If nobody holds it, hold it ourselves, so the
+		 * pool cannot hand it to another session while we run.
+		 */
+		r = launch_uid_acquire_one(uid_dir, s.uid, &s.lease);
+		if (r < 0 && r != -EBUSY) {
+			r = log_error_errno(r, "cannot lock uid %u in '%s'", (unsigned)s.uid, uid_dir);
 			goto out;
 		}
+	} else {
 		r = launch_uid_acquire(uid_dir, c->pool_lo, c->pool_hi, (unsigned)(c->uid_wait * 1000), &s.lease);
 		if (r == -EAGAIN) {
 			log_error("uid pool %u-%u is exhausted (waited %.1fs)", (unsigned)c->pool_lo,
