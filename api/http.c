@@ -123,6 +123,8 @@ static enum MHD_Result reply_error_msg(struct api_request *req, unsigned status,
 
 	if (!o || !cJSON_AddStringToObject(o, "code", code) || !cJSON_AddStringToObject(o, "message", msg))
 		return MHD_NO;
+	if (!strcmp(code, API_E_QUOTA))
+		api_metric_inc(req->srv->metrics.quota_exceeded);
 	if (status >= 500)
 		log_warning("%s %s: %u %s: %s", req->method, req->url, status, code, msg);
 	else
@@ -143,8 +145,6 @@ enum MHD_Result api_reply_error(struct api_request *req, unsigned status, const 
 
 enum MHD_Result api_reply_api_error(struct api_request *req, const struct api_error *e)
 {
-	if (e->code && !strcmp(e->code, API_E_QUOTA))
-		api_metric_inc(req->srv->metrics.quota_exceeded);
 	return reply_error_msg(req, e->status ? e->status : 500, e->code ? e->code : API_E_RUNTIME, e->message);
 }
 

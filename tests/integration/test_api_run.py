@@ -190,5 +190,16 @@ def test_quota(env):
     status, frames = c.run(sid, "for i in $(seq 1 400); do : > f$i || break; done; ls | wc -l")
     n = int([f["text"] for f in frames if f["type"] == "stdout"][-1])
     assert n < 400, n
+    c.run_ok(sid, "rm -f f* big")
+    # over HTTP a full quota is 507 QUOTA_EXCEEDED
+    boundary = "----quota"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"metadata\"; filename=\"metadata\"\r\n"
+            f"Content-Type: application/json\r\n\r\n{{\"path\": \"big.bin\"}}\r\n"
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.bin\"\r\n"
+            f"Content-Type: application/octet-stream\r\n\r\n").encode() + b"x" * (4 << 20) + f"\r\n--{boundary}--\r\n".encode()
+    r = c.request("POST", f"{S}/{sid}/files/upload", raw=body,
+                  headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    assert r.status == 507 and r.json()["code"] == "QUOTA_EXCEEDED", r
+    assert "draftbox_quota_exceeded_total 1" in c.request("GET", "/metrics").body.decode()
     c.delete(sid)
     srv.stop()
