@@ -159,6 +159,12 @@ static void check_conflicts(struct commit *cm, cJSON **list)
 		const struct ovl_change *e = &c->v[i];
 		struct origin o;
 
+		if (e->own_upper && e->has_origin && strncmp(e->origin, "v1 none", 7) == 0) {
+			/* the session created the name where lower had nothing: lower has it now */
+			if (e->old_type != OVL_FT_NONE)
+				add_detail(list, e->path, "created in the workspace since the session created it");
+			continue;
+		}
 		if (e->own_upper && e->has_origin) {
 			if (origin_parse(e->origin, &o) < 0) {
 				add_detail(list, e->path, "unreadable origin record");

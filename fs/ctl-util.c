@@ -35,6 +35,12 @@ int ovl_ctl_error(cJSON **ret_error, int r, const char *code, cJSON *paths, cons
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	if (r < 0 && (strcmp(code, "io") == 0 || strcmp(code, "unavailable") == 0)) {
+		/* system failures say why */
+		size_t l = strlen(msg);
+
+		snprintf(msg + l, sizeof(msg) - l, ": %s", strerror(-r));
+	}
 	e = cJSON_CreateObject();
 	if (!e)
 		return r;

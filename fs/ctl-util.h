@@ -47,7 +47,8 @@ struct ovl_ctl_env {
 /*
  * Builds the error object documented in ctl-client.h into *ret_error (when
  * not NULL) and returns @r (a -errno). @paths is a list taken over (may be
- * NULL). Never fails (an allocation failure leaves *ret_error NULL).
+ * NULL). For codes "io" and "unavailable" the message ends in
+ * ": strerror(-r)". Never fails (an allocation failure leaves *ret_error NULL).
  */
 int ovl_ctl_error(cJSON **ret_error, int r, const char *code, cJSON *paths, const char *fmt, ...) _printf_(5, 6);
 

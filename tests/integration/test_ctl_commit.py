@@ -309,3 +309,50 @@ def test_dry_run_and_output_file(session):
     assert p.stdout == "" and '"summary"' in p.stderr
     with open(dest) as f:
         assert "README" in {c["path"] for c in json.load(f)["changes"]}
+
+
+def test_created_in_both_is_a_conflict(session):
+    """A name the session created (origin "v1 none") that the workspace has
+    since got too: conflict, force overrides."""
+    session.change(lambda m: open(os.path.join(m, "both"), "w").write("session\n"))
+    os.setxattr(os.path.join(session.upper, "both"), "trusted.draftbox.origin", b"v1 none")
+    with open(os.path.join(session.lower, "both"), "w") as f:
+        f.write("host\n")
+    p = session.run("commit", check=False)
+    assert p.returncode == 3 and "both" in p.stderr and "created in the workspace" in p.stderr
+    assert open(os.path.join(session.lower, "both")).read() == "host\n"
+    session.run("commit", "--force")
+    assert open(os.path.join(session.lower, "both")).read() == "session\n"
+
+
+def test_failed_staging_changes_nothing():
+    """The target runs out of space half-way: the error says so, and the
+    workspace and upper are exactly as before (no temp left behind)."""
+    import subprocess
+    s = Session()
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", s.lower], check=True)
+        s.mounted.append(s.lower)
+        with open(os.path.join(s.lower, "keep"), "w") as f:
+            f.write("old\n")
+
+        def ed(m):
+            with open(os.path.join(m, "keep"), "w") as f:
+                f.write("new\n")
+            for i in range(6):
+                with open(os.path.join(m, "big%d" % i), "wb") as f:
+                    f.write(os.urandom(512 * 1024))
+        s.change(ed)
+        lower_before = snapshot(s.lower)
+        upper_before = snapshot(s.upper)
+        p = s.run("commit", check=False)
+        assert p.returncode == 1
+        assert "nothing was changed" in p.stderr and "No space left" in p.stderr
+        assert snapshot(s.lower) == lower_before
+        assert snapshot(s.upper) == upper_before
+        assert json.loads(s.run("status").stdout)["journal"] == "none"
+        # a smaller selection still fits
+        s.run("commit", "keep")
+        assert open(os.path.join(s.lower, "keep")).read() == "new\n"
+    finally:
+        s.close()
