@@ -100,7 +100,7 @@ def fake():
     rec = Recorder()
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(rec))
     srv.daemon_threads = True
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     t.start()
     try:
         yield f"http://127.0.0.1:{srv.server_address[1]}", rec
@@ -170,7 +170,7 @@ def test_unix_socket():
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "draftboxd.sock")
         srv = _UnixHTTPServer(path, _make_handler(rec))
-        t = threading.Thread(target=srv.serve_forever, daemon=True)
+        t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         t.start()
         try:
             r = run_client(["--socket", path, "session", "ls"])
@@ -299,12 +299,12 @@ def test_timeouts(fake):
     url, rec = fake
 
     def slow(req):
-        time.sleep(2.5)
+        time.sleep(1.6)
         return 200, {"Content-Type": "application/json"}, json.dumps({"sessions": []})
 
     def quiet_run(req):
         def frames():
-            time.sleep(2.5)  # a command silent for longer than the request timeout
+            time.sleep(1.6)  # a command silent for longer than the request timeout
             yield json.dumps({"type": "stdout", "text": "late"}) + "\n\n"
             yield json.dumps({"type": "execution_complete"}) + "\n\n"
         return 200, {"Content-Type": "text/event-stream"}, frames()
