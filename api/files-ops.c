@@ -254,6 +254,36 @@ int api_files_write(const struct api_files_root *root, const char *path, const s
 	return api_upload_commit(u, NULL);
 }
 
+int api_files_write_fd(const struct api_files_root *root, const char *path, const struct api_file_meta *meta, int fd,
+		       uint64_t max_size, uint64_t *ret_bytes)
+{
+	_cleanup_upload_ struct api_upload *u = NULL;
+	_cleanup_free_ char *buf = NULL;
+	int r;
+
+	r = api_upload_begin(root, path, meta, max_size, &u);
+	if (r < 0)
+		return r;
+	buf = malloc(UPLOAD_BUFFER);
+	if (!buf)
+		return -ENOMEM;
+	for (;;) {
+		ssize_t n = read(fd, buf, UPLOAD_BUFFER);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			break;
+		r = api_upload_write(u, buf, (size_t)n);
+		if (r < 0)
+			return r;
+	}
+	return api_upload_commit(u, ret_bytes);
+}
+
 int api_files_remove(const struct api_files_root *root, const char *path)
 {
 	_cleanup_free_ char *rel = NULL;

@@ -174,6 +174,15 @@ int api_files_write(const struct api_files_root *root, const char *path, const s
 		    const void *buf, size_t size);
 
 /*
+ * Writes everything read from @fd (a file, pipe or socket; read from its
+ * current position until EOF, not closed) as @path, atomically like an
+ * upload; -EFBIG past @max_size when non-zero. *ret_bytes (if not NULL) gets
+ * the size. Returns 0 or -errno.
+ */
+int api_files_write_fd(const struct api_files_root *root, const char *path, const struct api_file_meta *meta, int fd,
+		       uint64_t max_size, uint64_t *ret_bytes);
+
+/*
  * DELETE files: removes a file, symlink or other non-directory (-EISDIR for
  * a directory: use api_dirs_remove()). Returns 0 or -errno.
  */

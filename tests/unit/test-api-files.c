@@ -297,6 +297,33 @@ static void test_atomic_upload(void)
 		unlink(p_in("pieces.bin"));
 	}
 
+	/* from an fd: a pipe, read to EOF */
+	{
+		int pfd[2];
+		uint64_t got = 0;
+		char *back;
+
+		if (pipe2(pfd, O_CLOEXEC) == 0) {
+			if (write(pfd[1], "through a pipe", 14) != 14)
+				ok(false, "pipe write");
+			close(pfd[1]);
+			is_int(api_files_write_fd(&R, "from-fd/x.txt", NULL, pfd[0], 0, &got), 0, "write from an fd");
+			is_int(got, 14, "bytes from the fd");
+			back = get(p_in("from-fd/x.txt"));
+			is_str(back, "through a pipe", "content from the fd");
+			free(back);
+			close(pfd[0]);
+		}
+		if (pipe2(pfd, O_CLOEXEC) == 0) {
+			if (write(pfd[1], "0123456789abc", 13) != 13)
+				ok(false, "pipe write");
+			close(pfd[1]);
+			is_int(api_files_write_fd(&R, "from-fd/y.txt", NULL, pfd[0], 10, NULL), -EFBIG, "fd over the bound");
+			ok(!exists(p_in("from-fd/y.txt")), "nothing left by a refused fd upload");
+			close(pfd[0]);
+		}
+	}
+
 	is_int(api_upload_begin(&R, "big", NULL, 10, &u), 0, "bounded upload");
 	is_int(api_upload_write(u, "0123456789", 10), 0, "write up to the bound");
 	is_int(api_upload_write(u, "x", 1), -EFBIG, "write past the bound is EFBIG");
