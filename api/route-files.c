@@ -177,6 +177,40 @@ enum MHD_Result api_handle_files_download(struct api_request *req)
 	len = size;
 	range = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_RANGE);
 	ranged = parse_range(range, size, &off, &len);
+	if (ranged == 0) {
+		/* the SDK's ?offset=&limit= form */
+		const char *o = NULL, *l = NULL;
+		char rbuf[64];
+
+		if (query_opt(req, "offset", &o) < 0 || query_opt(req, "limit", &l) < 0) {
+			close(fd);
+			return MHD_YES;
+		}
+		if ((o && *o) || (l && *l)) {
+			char *end;
+			unsigned long long ov = 0, lv = 0;
+
+			errno = 0;
+			if (o && *o)
+				ov = strtoull(o, &end, 10);
+			if (!errno && o && *o && (*end || *o == '-'))
+				errno = EINVAL;
+			if (!errno && l && *l) {
+				lv = strtoull(l, &end, 10);
+				if (*end || *l == '-' || lv == 0)
+					errno = EINVAL;
+			}
+			if (errno) {
+				close(fd);
+				return api_reply_error(req, 400, API_E_INVALID_REQUEST, "'offset' and 'limit' must be non-negative integers");
+			}
+			if (l && *l)
+				snprintf(rbuf, sizeof(rbuf), "bytes=%llu-%llu", ov, ov + lv - 1);
+			else
+				snprintf(rbuf, sizeof(rbuf), "bytes=%llu-", ov);
+			ranged = parse_range(rbuf, size, &off, &len);
+		}
+	}
 	if (ranged == -ERANGE) {
 		close(fd);
 		resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);

@@ -164,6 +164,9 @@ def test_files_roundtrip(api):
     assert d.status == 206 and d.body == payload[-5:]
     d = c.request("GET", F + "/download", query={"path": "up/new.bin"}, headers={"Range": f"bytes={len(payload)}-"})
     assert d.status == 416
+    d = c.request("GET", F + "/download", query={"path": "up/new.bin", "offset": 5, "limit": 3})
+    assert d.status == 206 and d.body == payload[5:8]
+    assert c.request("GET", F + "/download", query={"path": "up/new.bin", "offset": -1}).status == 400
     info = c.request("GET", F + "/info", query={"path": ws + "/up/new.bin"}).json()
     assert info[ws + "/up/new.bin"]["mode"] == 600 and info[ws + "/up/new.bin"]["size"] == len(payload)
     out, _ = c.run_ok(sid, "wc -c < up/new.bin")   # the sandbox sees what the API wrote
