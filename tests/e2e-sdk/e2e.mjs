@@ -136,6 +136,11 @@ try {
   await session.files.deleteDirectories([`${ws}/made`]);
   await session.files.deleteFiles([`${ws}/sub/uploaded.txt`]);
 
+  // A stateless client that only kept the id reattaches and sees the same view.
+  const again = await adapter.attach(session.sessionId);
+  check(again.info.workspace?.path === ws, "attach recovers the creation parameters", again.info);
+  check((await again.files.readFile(`${ws}/hello.txt`)) === "replaced\n", "attached handle reads the same view");
+
   // Hostile paths are refused, not followed.
   let refused = false;
   try {
