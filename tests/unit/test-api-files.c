@@ -122,6 +122,62 @@ static void test_resolve(void)
 	}
 }
 
+/* Random API paths: whatever resolve accepts is a clean relative path, and no ".." component ever gets through. */
+static void test_resolve_random(void)
+{
+	static const char *parts[] = { "a", "b", "..", ".", "", "work", "proj", "projx", "%2e%2e", "...", ".a", "a..b" };
+	unsigned seed = 12345, accepted = 0, bad = 0;
+
+	for (int i = 0; i < 5000; i++) {
+		char path[256] = "";
+		int n = (int)(rand_r(&seed) % 7);
+		bool has_dotdot = false;
+		char *rel = NULL;
+		int r;
+
+		if (rand_r(&seed) % 2)
+			strcat(path, "/");
+		for (int k = 0; k < n; k++) {
+			const char *p = parts[rand_r(&seed) % ARRAY_SIZE(parts)];
+
+			if (strcmp(p, "..") == 0)
+				has_dotdot = true;
+			strcat(path, p);
+			if (k + 1 < n || rand_r(&seed) % 3 == 0)
+				strcat(path, "/");
+		}
+		r = api_files_resolve(&R, path, strlen(path), &rel);
+		if (r == 0) {
+			accepted++;
+			/* path_check_relative() refuses "..", ".", "" components and a leading '/' */
+			if (has_dotdot || path_check_relative(rel) < 0) {
+				bad++;
+				printf("# accepted '%s' as '%s'\n", path, rel);
+			}
+			if (path[0] == '/') {
+				/* absolute: must have been /work/proj or below */
+				char norm[256];
+				char *out = NULL;
+
+				if (path_normalize_relative(path, strlen(path), &out) == 0) {
+					snprintf(norm, sizeof(norm), "%s", out);
+					free(out);
+					if (strncmp(norm, "work/proj", 9) != 0 || (norm[9] != '\0' && norm[9] != '/')) {
+						bad++;
+						printf("# accepted '%s' outside the workspace\n", path);
+					}
+				}
+			}
+			free(rel);
+		} else if (r != -EINVAL && r != -EXDEV && r != -ENAMETOOLONG) {
+			bad++;
+			printf("# unexpected error %d for '%s'\n", r, path);
+		}
+	}
+	is_int(bad, 0, "5000 random paths: nothing unclean accepted (%u accepted)", accepted);
+	ok(accepted > 500, "and a fair share accepted");
+}
+
 static void test_errno_table(void)
 {
 	const char *code = NULL;
@@ -719,6 +775,7 @@ int main(void)
 	R = (struct api_files_root){ .root_fd = fd, .prefix = "/work/proj/", .uid = UID, .gid = GID };
 
 	test_resolve();
+	test_resolve_random();
 	test_errno_table();
 	test_meta();
 	test_write_read();
