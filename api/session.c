@@ -746,7 +746,16 @@ int api_session_delete(struct api_session *s, bool idle, struct api_error *err)
 	r = api_umount_view(s->view);
 	if (r < 0)
 		log_warning_errno(r, "cannot unmount '%s', removing the session anyway", s->view);
-	r = api_rm_rf_at(srv->sessions_fd, s->id);
+	/* rename first: a crash in the middle of the removal leaves a dir the next start finishes */
+	{
+		char doomed[64];
+
+		snprintf(doomed, sizeof(doomed), ".deleting-%s", s->id);
+		if (renameat(srv->sessions_fd, s->id, srv->sessions_fd, doomed) == 0)
+			r = api_rm_rf_at(srv->sessions_fd, doomed);
+		else
+			r = api_rm_rf_at(srv->sessions_fd, s->id);
+	}
 	if (r < 0) {
 		log_error_errno(r, "cannot remove session dir '%s'", s->dir);
 		return api_error_set(err, r, 500, API_E_RUNTIME, "session removed but its directory could not be: %s",
@@ -1046,6 +1055,22 @@ static void cleanup_unknown_dir(struct api_server *srv, const char *name)
 		    srv->cfg->state_dir, name);
 }
 
+/* A session whose removal a crash interrupted: unmount what is left and finish it. */
+static void finish_deletion(struct api_server *srv, const char *name)
+{
+	char view[PATH_MAX];
+	int r;
+
+	snprintf(view, sizeof(view), "%s/sessions/%s/view", srv->cfg->state_dir, name);
+	if (api_mount_info(view, NULL) > 0)
+		(void)api_umount_view(view);
+	r = api_rm_rf_at(srv->sessions_fd, name);
+	if (r < 0)
+		log_warning_errno(r, "cannot finish removing '%s/sessions/%s'", srv->cfg->state_dir, name);
+	else
+		log_info("finished removing '%s', deleted before a crash", name);
+}
+
 int api_sessions_init(struct api_server *srv)
 {
 	_cleanup_closedir_ DIR *d = NULL;
@@ -1073,6 +1098,10 @@ int api_sessions_init(struct api_server *srv)
 		struct api_session *s = NULL;
 		int dfd;
 
+		if (strncmp(de->d_name, ".deleting-", 10) == 0) {
+			finish_deletion(srv, de->d_name);
+			continue;
+		}
 		if (de->d_name[0] == '.')
 			continue;
 		if (!api_session_id_valid(de->d_name)) {

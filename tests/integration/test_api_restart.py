@@ -122,3 +122,24 @@ def test_stop_during_a_run(env):
     assert out == "again"
     c.delete(sid)
     srv.stop()
+
+
+def test_interrupted_delete_is_finished_at_start(env):
+    srv = env.server()
+    c = srv.client()
+    sid = c.create(env.workspace())
+    c.run_ok(sid, "echo x > x.txt")
+    srv.stop()
+    sessions = os.path.join(srv.state, "sessions")
+    view = os.path.join(sessions, sid, "view")
+    # what a crash between the rename and the removal leaves: a renamed dir, still mounted
+    doomed = os.path.join(sessions, ".deleting-" + sid)
+    os.rename(os.path.join(sessions, sid), doomed)
+    assert mounts_under(doomed), "the view moved with its dir"
+    srv.start()
+    c = srv.client()
+    assert not os.path.exists(doomed)
+    assert mounts_under(sessions) == []
+    assert c.request("GET", "/v1/isolated/sessions").json() == {"sessions": []}
+    assert not os.path.exists(view)
+    srv.stop()
