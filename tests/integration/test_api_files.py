@@ -247,3 +247,20 @@ def test_operations(session):
     changes = {ch["path"]: ch["status"] for ch in d["changes"]}
     assert changes.get("hello.txt") == "deleted" and changes.get("moved/here.txt") == "added", changes
     assert changes.get("src/main.c") == "deleted" and "x" not in changes, changes
+
+
+def test_quota_exceeded_keeps_the_old_file(env):  # noqa: F811
+    srv = env.server(extra_args=["--quota-bytes=1048576"])
+    c = srv.client()
+    ws = env.workspace(files={"keep.txt": "old content\n"})
+    sid = c.create(ws)
+    try:
+        r = upload(c, sid, f"{ws}/keep.txt", os.urandom(3 * 1024 * 1024))
+        assert r.status == 507 and code_of(r) == "QUOTA_EXCEEDED", r
+        assert download(c, sid, f"{ws}/keep.txt").body == b"old content\n"
+        names = [e["path"] for e in c.request("GET", c.files_path(sid, "directories/list"),
+                                              query={"path": ws, "depth": 3}).json()]
+        assert not any(".draftbox-upload." in n for n in names), names
+    finally:
+        c.delete(sid)
+    srv.stop()
