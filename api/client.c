@@ -334,15 +334,17 @@ static int cmd_session_ls(struct client *c, int argc, char **argv)
 			printf("no sessions\n");
 		return 0;
 	}
-	printf("%s%-36s  %-9s  %-25s  %s%s\n", client_color(c, false, C_BOLD), "SESSION", "STATUS", "CREATED", "WORKSPACE",
-	       client_color(c, false, C_RESET));
+	printf("%s%-36s  %-9s  %-24s  %-24s  %s%s\n", client_color(c, false, C_BOLD), "SESSION", "STATUS", "CREATED",
+	       "LAST RUN", "WORKSPACE", client_color(c, false, C_RESET));
 	cJSON_ArrayForEach(s, sessions) {
 		const cJSON *ws = cJSON_GetObjectItemCaseSensitive(s, "workspace");
 		const char *status = str_or(s, "status", "?");
 
-		printf("%-36s  %s%-9s%s  %-25s  %s\n", str_or(s, "session_id", "?"),
+		/* the workspace is shown when the server includes it in the summary */
+		printf("%-36s  %s%-9s%s  %-24s  %-24s  %s\n", str_or(s, "session_id", "?"),
 		       client_color(c, false, strcmp(status, "active") == 0 ? C_GREEN : C_YELLOW), status,
-		       client_color(c, false, C_RESET), str_or(s, "created_at", "-"), ws ? str_or(ws, "path", "-") : "-");
+		       client_color(c, false, C_RESET), str_or(s, "created_at", "-"), str_or(s, "last_run_at", "-"),
+		       ws ? str_or(ws, "path", "-") : "-");
 	}
 	return 0;
 }
