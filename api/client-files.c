@@ -93,7 +93,7 @@ static int files_ls(struct client *c, int argc, char **argv)
 	int o, r;
 
 	client_reset_getopt();
-	while ((o = client_getopt(argc, argv, "+d:", opts, NULL)) >= 0) {
+	while ((o = client_getopt(argc, argv, "d:", opts, NULL)) >= 0) {
 		char *end;
 
 		if (o != 'd')
@@ -214,7 +214,7 @@ static int files_get(struct client *c, int argc, char **argv)
 	int o, r;
 
 	client_reset_getopt();
-	while ((o = client_getopt(argc, argv, "+o:", opts, NULL)) >= 0) {
+	while ((o = client_getopt(argc, argv, "o:", opts, NULL)) >= 0) {
 		if (o != 'o')
 			return -EINVAL;
 		output = optarg;
@@ -305,7 +305,7 @@ static int files_put(struct client *c, int argc, char **argv)
 	if (!meta)
 		return -ENOMEM;
 	client_reset_getopt();
-	while ((o = client_getopt(argc, argv, "+m:u:g:", opts, NULL)) >= 0) {
+	while ((o = client_getopt(argc, argv, "m:u:g:", opts, NULL)) >= 0) {
 		switch (o) {
 		case 'm': {
 			char *end;
@@ -402,7 +402,7 @@ static int files_rm(struct client *c, int argc, char **argv)
 	int o;
 
 	client_reset_getopt();
-	while ((o = client_getopt(argc, argv, "+rR", opts, NULL)) >= 0) {
+	while ((o = client_getopt(argc, argv, "rR", opts, NULL)) >= 0) {
 		if (o != 'r' && o != 'R')
 			return -EINVAL;
 		recursive = true;
@@ -453,7 +453,7 @@ static int files_mkdir(struct client *c, int argc, char **argv)
 	if (!req)
 		return -ENOMEM;
 	client_reset_getopt();
-	while ((o = client_getopt(argc, argv, "+m:", opts, NULL)) >= 0) {
+	while ((o = client_getopt(argc, argv, "m:", opts, NULL)) >= 0) {
 		char *end;
 
 		if (o != 'm')
