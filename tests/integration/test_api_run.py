@@ -203,3 +203,17 @@ def test_quota(env):
     assert "draftbox_quota_exceeded_total 1" in c.request("GET", "/metrics").body.decode()
     c.delete(sid)
     srv.stop()
+
+
+def test_fresh_sandbox_per_run(api):
+    """Documented choice: each run is a fresh sandbox; files and $HOME persist, shell state does not."""
+    env, srv, c = api
+    ws = env.workspace()
+    sid = c.create(ws)
+    c.run_ok(sid, "cd src; export KEPT=no; echo in-home > $HOME/h.txt; echo f > file.txt; sleep 30 >/dev/null 2>&1 &")
+    out, _ = c.run_ok(sid, 'pwd; echo "KEPT=${KEPT:-unset}"; cat $HOME/h.txt src/file.txt; pgrep -c sleep || true')
+    lines = out.splitlines()
+    assert lines[0] == ws, "every run starts in the workspace"
+    assert lines[1] == "KEPT=unset", "exports do not persist"
+    assert lines[2:4] == ["in-home", "f"], "files in the view and in $HOME persist"
+    assert lines[4] == "0", "nothing outlives its run"
