@@ -27,6 +27,47 @@
 #include "launch.h"
 #include "macro.h"
 
+/*
+ * /proc/self/mountinfo (only its cgroup lines) and /proc/self/cgroup, read
+ * once per process: a run looks things up in them a dozen times, and
+ * rendering mountinfo is not cheap for the kernel.
+ */
+static char *cache_mountinfo, *cache_cgroup;
+
+static FILE *open_cached(const char *path, char **slot, bool cgroup_lines_only)
+{
+	if (!*slot) {
+		_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+		_cleanup_free_ char *all = NULL;
+		size_t n;
+
+		if (fd < 0 || read_full_fd(fd, 1 << 24, &all, &n) < 0)
+			return NULL;
+		if (cgroup_lines_only) {
+			char *out = malloc(n + 1), *o = out;
+
+			if (!out)
+				return NULL;
+			for (char *l = all, *e; *l; l = e) {
+				e = strchrnul(l, '\n');
+				if (*e)
+					e++;
+				if (strstr(l, " - cgroup") && strstr(l, " - cgroup") < e) {
+					memcpy(o, l, (size_t)(e - l));
+					o += e - l;
+				}
+			}
+			*o = 0;
+			*slot = out;
+		} else {
+			*slot = TAKE_PTR(all);
+		}
+	}
+	if (!**slot)
+		return fopen("/dev/null", "re");
+	return fmemopen(*slot, strlen(*slot), "r");
+}
+
 /* Finds the mount point of the hierarchy of @controller (v1) or of cgroup2 (@controller NULL). */
 static int find_mount(const char *controller, char **ret)
 {
@@ -34,7 +75,7 @@ static int find_mount(const char *controller, char **ret)
 	_cleanup_free_ char *line = NULL;
 	size_t cap = 0;
 
-	f = fopen("/proc/self/mountinfo", "re");
+	f = open_cached("/proc/self/mountinfo", &cache_mountinfo, true);
 	if (!f)
 		return -errno;
 	while (getline(&line, &cap, f) >= 0) {
@@ -81,7 +122,7 @@ static int own_path(const char *controller, char **ret)
 	_cleanup_free_ char *line = NULL;
 	size_t cap = 0;
 
-	f = fopen("/proc/self/cgroup", "re");
+	f = open_cached("/proc/self/cgroup", &cache_cgroup, false);
 	if (!f)
 		return -errno;
 	while (getline(&line, &cap, f) >= 0) {

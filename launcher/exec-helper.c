@@ -12,9 +12,7 @@
  *      uid it has on the host. Any mismatch: exit 125 without running
  *      anything;
  *   3. fork; the child sets the rlimits (nofile, fsize, core=0) and execs
- *      the command; this process stays as the command's parent and as
- *      init of the sandbox's pid namespace (bwrap --as-pid-1: it reaps
- *      orphans, and signals from inside cannot reach it), made
+ *      the command; this process stays as the command's parent, made
  *      non-dumpable, and writes how the command ended ("X code", "S sig",
  *      "E errno", "F reason") to the status fd for draftbox-run, because
  *      bwrap folds a signal into 128+N.
@@ -269,7 +267,7 @@ child_fail:
 
 	n = read(errpipe[0], &err, sizeof(err));
 	close(errpipe[0]);
-	/* we are the pid namespace's init (bwrap --as-pid-1): reap orphans until the command ends */
+	/* wait for the command (orphans go to bwrap's init, not to us) */
 	for (;;) {
 		pid_t w = waitpid(-1, &st, 0);
 

@@ -928,7 +928,17 @@ int launch_run(struct launch_config *c)
 		status = res.exit_code;
 out:
 	state_free(&s);
-	log_debug("t=%.3fms done", now_ms() - t0);
+	if (log_get_max_level() >= LOG_LEVEL_DEBUG) {
+		struct rusage self, kids;
+
+		getrusage(RUSAGE_SELF, &self);
+		getrusage(RUSAGE_CHILDREN, &kids);
+		log_debug("t=%.3fms done; cpu self %ld+%ldus, children %ld+%ldus", now_ms() - t0,
+			  (long)(self.ru_utime.tv_sec * 1000000 + self.ru_utime.tv_usec),
+			  (long)(self.ru_stime.tv_sec * 1000000 + self.ru_stime.tv_usec),
+			  (long)(kids.ru_utime.tv_sec * 1000000 + kids.ru_utime.tv_usec),
+			  (long)(kids.ru_stime.tv_sec * 1000000 + kids.ru_stime.tv_usec));
+	}
 	return status;
 }
 
