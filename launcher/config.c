@@ -339,7 +339,7 @@ static const struct option options[] = {
 	{}
 };
 
-static int parse_one(struct launch_config *c, int opt, const char *v, bool *gid_set)
+static int parse_one(struct launch_config *c, int opt, const char *v)
 {
 	struct launch_expose e = {};
 	uint64_t u;
@@ -434,7 +434,6 @@ static int parse_one(struct launch_config *c, int opt, const char *v, bool *gid_
 		if (parse_u64(v, UINT32_MAX - 1, &u) < 0 || u == 0)
 			return bad_usage("bad --gid '%s' (a number, not 0)", v);
 		c->gid = (gid_t)u;
-		*gid_set = true;
 		return 0;
 	case OPT_UID_POOL:
 		if (launch_parse_uid_range(v, &c->pool_lo, &c->pool_hi) < 0)
@@ -542,7 +541,6 @@ static int finish(struct launch_config *c)
 
 int launch_parse_args(int argc, char **argv, struct launch_config *c)
 {
-	bool gid_set = false;
 	int opt, r;
 
 	optind = 1;
@@ -564,7 +562,7 @@ int launch_parse_args(int argc, char **argv, struct launch_config *c)
 		case ':':
 			return bad_usage("option '%s' needs a value", argv[optind - 1]);
 		default:
-			r = parse_one(c, opt, optarg, &gid_set);
+			r = parse_one(c, opt, optarg);
 			if (r < 0)
 				return r;
 		}
@@ -578,6 +576,5 @@ int launch_parse_args(int argc, char **argv, struct launch_config *c)
 				return r;
 		}
 	}
-	(void)gid_set;
 	return finish(c);
 }
