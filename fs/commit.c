@@ -439,7 +439,7 @@ static uint64_t fnv1a(const char *s)
 
 static void tmp_name(char buf[64], const char *path)
 {
-	snprintf(buf, 64, ".#draftfs.%016" PRIx64, fnv1a(path));
+	snprintf(buf, 64, OVL_COMMIT_TMP_PREFIX "%016" PRIx64, fnv1a(path));
 }
 
 static int copy_xattrs(struct commit *cm, int upfd, const char *uname, int out_fd, const char *out_proc_path)
@@ -770,6 +770,40 @@ static int deopacify(struct commit *cm, int ufd, const char *path)
 	ovl_lstack_done(&ls);
 	if (fremovexattr(ufd, OVL_XATTR_OPAQUE) < 0 && errno != ENODATA)
 		return -errno;
+	/*
+	 * Below an opaque dir no lower layer was visible at any depth; now
+	 * they are: the subdirectories need the same treatment.
+	 */
+	{
+		_cleanup_closedir_ DIR *d = NULL;
+		struct dirent *de;
+		int dfd = openat(ufd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+		if (dfd < 0)
+			return -errno;
+		d = fdopendir(dfd);
+		if (!d) {
+			safe_close(dfd);
+			return -errno;
+		}
+		while ((de = readdir(d))) {
+			_cleanup_free_ char *child = NULL;
+			_cleanup_close_ int cfd = -1;
+			struct stat cst;
+
+			if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+				continue;
+			if (fstatat(dirfd(d), de->d_name, &cst, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(cst.st_mode))
+				continue;
+			cfd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			child = ovl_path_join(path, de->d_name);
+			if (cfd < 0 || !child)
+				return cfd < 0 ? -errno : -ENOMEM;
+			r = deopacify(cm, cfd, child);
+			if (r < 0)
+				return r;
+		}
+	}
 	return 0;
 }
 

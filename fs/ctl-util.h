@@ -22,6 +22,8 @@
 #define OVL_XATTR_CONTROL "trusted.draftbox.control"
 
 #define OVL_CTL_SOCKET_NAME "ctl.sock"
+/* Names of commit temps in the target ("<prefix><hash of path>"); the lower view ignores them. */
+#define OVL_COMMIT_TMP_PREFIX ".#draftfs."
 #define OVL_CTL_LOCK_NAME "lock"
 
 /*

@@ -312,8 +312,7 @@ static int cmp_lname(const void *a, const void *b)
 	return x->prio < y->prio ? -1 : x->prio > y->prio;
 }
 
-/* The names of the lower view of @ls (merged, whiteouts applied), sorted. */
-static int lstack_names(const struct ovl_lstack *ls, char ***ret, size_t *ret_n)
+int ovl_lstack_names(const struct ovl_lstack *ls, char ***ret, size_t *ret_n)
 {
 	struct lname *v = NULL;
 	size_t n = 0, alloc = 0, out_n = 0;
@@ -340,6 +339,9 @@ static int lstack_names(const struct ovl_lstack *ls, char ***ret, size_t *ret_n)
 			bool wh = false;
 
 			if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+				continue;
+			/* a commit's temps (left by a crash until recovery): not workspace content */
+			if (strncmp(de->d_name, OVL_COMMIT_TMP_PREFIX, strlen(OVL_COMMIT_TMP_PREFIX)) == 0)
 				continue;
 			if ((de->d_type == DT_CHR || de->d_type == DT_UNKNOWN) &&
 			    fstatat(ls->fds[i], de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
@@ -398,7 +400,7 @@ static int walk_deleted(struct walk *w, const char *dirpath, const struct ovl_ls
 	size_t n = 0;
 	int r;
 
-	r = lstack_names(ls, &names, &n);
+	r = ovl_lstack_names(ls, &names, &n);
 	if (r < 0)
 		return r;
 	for (size_t i = 0; i < n; i++) {
@@ -540,8 +542,14 @@ static int compare_same_type(int ufd, const char *name, const struct stat *ust, 
 
 static int walk_upper(struct walk *w, const char *dirpath, int ufd, const struct ovl_lstack *ls, bool opaque);
 
+/*
+ * @hidden: an ancestor (or the parent) is an opaque upper dir, so no lower
+ * content is visible at this depth: lower names missing from an upper dir
+ * here are deletions, whatever the dir's own flag says (overlayfs stops
+ * looking in lower layers below an opaque dir).
+ */
 static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const char *name,
-                             const struct ovl_lstack *ls)
+                             const struct ovl_lstack *ls, bool hidden)
 {
 	_cleanup_lstack_ struct ovl_lstack child = { 0 };
 	_cleanup_free_ char *path = ovl_path_join(dirpath, name);
@@ -630,7 +638,7 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 					return r;
 			}
 		}
-		return walk_upper(w, path, cfd, &child, opq);
+		return walk_upper(w, path, cfd, &child, opq || hidden);
 	}
 
 	if (m != OVL_SEL_INSIDE)
@@ -718,14 +726,14 @@ static int walk_upper(struct walk *w, const char *dirpath, int ufd, const struct
 		goto out;
 	}
 	for (size_t i = 0; i < n && r >= 0; i++)
-		r = visit_upper_entry(w, dirpath, ufd, names[i], ls);
+		r = visit_upper_entry(w, dirpath, ufd, names[i], ls, opaque);
 	if (r >= 0 && opaque && ls->n > 0) {
 		_cleanup_strv_free_ char **lnames = NULL;
 		size_t ln = 0;
 
 		if (n > 1)
 			qsort(names, n, sizeof(char *), cmp_names);
-		r = lstack_names(ls, &lnames, &ln);
+		r = ovl_lstack_names(ls, &lnames, &ln);
 		for (size_t i = 0; i < ln && r >= 0; i++) {
 			_cleanup_lstack_ struct ovl_lstack child = { 0 };
 			_cleanup_free_ char *path = NULL;

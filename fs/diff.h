@@ -131,6 +131,9 @@ int ovl_lstack_root(const struct ovl_layers *layers, struct ovl_lstack *ret);
 int ovl_lstack_lookup(const struct ovl_lstack *s, const char *name, struct stat *ret_st, int *ret_layer,
                       struct ovl_lstack *ret_child);
 
+/* The names of the lower view of @s (merged, whiteouts applied), sorted, as a new vector and its length. Returns 0 or -errno. */
+int ovl_lstack_names(const struct ovl_lstack *s, char ***ret, size_t *ret_n);
+
 /* Walks @path ("" is root) down the lower view. Same returns as ovl_lstack_lookup (for "" the root is a dir). */
 int ovl_lower_lookup_path(const struct ovl_layers *layers, const char *path, struct stat *ret_st, int *ret_layer,
                           struct ovl_lstack *ret_stack);

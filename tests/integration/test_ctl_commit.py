@@ -89,6 +89,32 @@ def test_base_layer_rules(session2):
     assert s.view() == before
 
 
+def test_opaque_dir_over_base_layer(session2):
+    """An opaque dir committed while a base layer has more in it: whiteouts
+    keep the base-only names hidden, at every depth, and the view does not
+    change."""
+    s = session2
+    for low, names in ((s.lowers[0], ["d/top", "d/sub/top2"]), (s.lowers[1], ["d/base", "d/sub/base2"])):
+        for n in names:
+            os.makedirs(os.path.dirname(os.path.join(low, n)), exist_ok=True)
+            with open(os.path.join(low, n), "w") as f:
+                f.write(n + "\n")
+
+    def ed(m):
+        shutil.rmtree(os.path.join(m, "d"))
+        os.makedirs(os.path.join(m, "d/sub"))
+        with open(os.path.join(m, "d/sub/new"), "w") as f:
+            f.write("new\n")
+    s.change(ed)
+    before = s.view()
+    assert set(k for k in before if k.startswith("d")) == {"d", "d/sub", "d/sub/new"}
+    s.run("commit")
+    assert s.view() == before
+    assert sorted(os.listdir(os.path.join(s.lower, "d"))) == ["sub"]
+    assert sorted(os.listdir(os.path.join(s.lower, "d/sub"))) == ["new"]
+    assert set(s.changes()) == {"d/base", "d/sub/base2"}  # deletions only a base layer can show
+
+
 def test_conflicts(session):
     populate(session.lower)
 
@@ -213,12 +239,21 @@ def test_discard(session):
     populate(session.lower)
     session.change(edit)
     lower_before = snapshot(session.lower)
+    # inside a deleted directory: refused, naming the directory to discard
+    p = session.run("discard", "gone/a", check=False)
+    assert p.returncode == 2 and "'gone'" in p.stderr
     session.run("discard", "README", "gone")
     ch = session.changes()
     assert "README" not in ch and "gone" not in ch and "src/new.c" in ch
-    # inside a directory that replaced lower wholesale: refused with the dir to use
-    p = session.run("discard", "opq/old1", check=False)
-    assert p.returncode == 2 and "'opq'" in p.stderr
+    # inside a directory that replaced lower wholesale (opaque): the lower
+    # entry is copied back, the rest of the directory keeps its changes
+    view = session.view()
+    assert "opq/old1" not in view
+    session.run("discard", "opq/old1")
+    view = session.view()
+    assert view["opq/old1"] == lower_before["opq/old1"]
+    ch = session.changes()
+    assert "opq/old1" not in ch and "opq/fresh" in ch
     session.run("discard")
     assert session.changes() == {}
     assert session.view() == lower_before

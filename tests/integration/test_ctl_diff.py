@@ -14,7 +14,7 @@ def populate(low):
     os.makedirs(os.path.join(low, "src/sub"))
     os.makedirs(os.path.join(low, "gone/deep"))
     os.makedirs(os.path.join(low, "renamed"))
-    os.makedirs(os.path.join(low, "opq"))
+    os.makedirs(os.path.join(low, "opq/sub"))
     files = {
         "README": b"hello\n",
         "src/main.c": b"int main(void) { return 0; }\n",
@@ -24,6 +24,8 @@ def populate(low):
         "renamed/r1": b"r1\n",
         "opq/old1": b"old1\n",
         "opq/keep": b"keep\n",
+        "opq/sub/hidden": b"hidden below an opaque dir\n",
+        "opq/sub/again": b"again\n",
         "bin.dat": bytes(range(256)) * 4,
         "touched": b"same\n",
         "rdwr": b"same too\n",
@@ -60,6 +62,10 @@ def edit(m):
     os.utime(os.path.join(m, "opq/keep"), ns=(keep_st.st_atime_ns, keep_st.st_mtime_ns))
     with open(os.path.join(m, "opq/fresh"), "w") as f:
         f.write("fresh\n")
+    # a plain dir below the opaque one: lower's opq/sub/* stays hidden
+    os.mkdir(os.path.join(m, "opq/sub"))
+    with open(os.path.join(m, "opq/sub/again"), "w") as f:
+        f.write("again, new\n")
     b = bytearray(open(os.path.join(m, "bin.dat"), "rb").read())
     b[10] = 0
     b[700] ^= 0xFF
@@ -104,6 +110,9 @@ def test_json_change_list(session):
     # opaque dir: lower files not in upper are deleted, an equal re-created file is not a change
     assert ch["opq/old1"]["status"] == "deleted"
     assert ch["opq/fresh"]["status"] == "added"
+    # below an opaque dir no lower entry shows through, even in a plain upper subdir
+    assert ch["opq/sub/hidden"]["status"] == "deleted"
+    assert ch["opq/sub/again"]["status"] == "modified"
     assert "opq/keep" not in ch
     # copied up, content and metadata equal: not reported
     assert "touched" not in ch and "rdwr" not in ch
