@@ -653,7 +653,15 @@ static int cmd_run(struct client *c, int argc, char **argv, int *ret_status)
 		client_error(c, "no command given");
 		return -EINVAL;
 	}
-	code = client_join_command(argv + optind, (size_t)(argc - optind));
+	if (argc - optind == 1 && strcmp(argv[optind], "-") == 0) {
+		/* `draftbox run ID - < script.sh`: the script comes from stdin */
+		r = read_full_fd(STDIN_FILENO, CLIENT_MAX_SCRIPT, &code, NULL);
+		if (r < 0) {
+			client_error(c, "cannot read the script from standard input: %s", strerror(-r));
+			return r == -EFBIG ? -EINVAL : -EBADMSG;
+		}
+	} else
+		code = client_join_command(argv + optind, (size_t)(argc - optind));
 	target = client_session_target(id, "/run");
 	if (!code || !target || !cJSON_AddStringToObject(req, "code", code))
 		return -ENOMEM;
@@ -950,7 +958,7 @@ static void usage(FILE *f)
 	      "  session create [--workspace DIR] [--mode overlay|rw|ro] [--profile strict|balanced]\n"
 	      "                 [--net] [--idle-timeout S] [--env NAME]... [--writable DIR]...\n"
 	      "  session ls | show ID | rm ID...\n"
-	      "  run ID [--env K=V]... [--timeout S] -- COMMAND [ARG...]\n"
+	      "  run ID [--env K=V]... [--timeout S] -- COMMAND [ARG...]   (COMMAND '-': script from stdin)\n"
 	      "  diff ID [PATH...] [--patch|--json|--tar] [-o FILE]\n"
 	      "  commit ID [PATH...] [--force]\n"
 	      "  discard ID [PATH...]\n"

@@ -273,6 +273,10 @@ def test_run_exit_zero_and_lost_stream(fake):
     assert [l["type"] for l in lines] == ["stdout", "execution_complete"] and r.returncode == 0
     r = run_client(["--url", url, "run", "ok"])
     assert r.returncode == 2
+    r = run_client(["--url", url, "run", "ok", "-"], input=b"set -e\nmake 'all'\n")
+    assert r.returncode == 0 and json.loads(rec.requests[-1]["body"])["code"] == "set -e\nmake 'all'\n"
+    r = run_client(["--url", url, "run", "ok", "-"], input=b"x" * (600 * 1024))
+    assert r.returncode == 2 and b"standard input" in r.stderr
 
 
 def test_run_stops_when_its_reader_goes_away(fake):
