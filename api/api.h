@@ -41,6 +41,7 @@ struct api_server {
 	struct api_config *cfg;
 	int state_fd;        /* O_PATH|O_DIRECTORY of cfg->state_dir */
 	int sessions_fd;     /* O_PATH|O_DIRECTORY of <state>/sessions */
+	int lock_fd;         /* flock on <state>/draftboxd.lock: one server per state dir */
 	char *token;         /* NULL when auth is off */
 	struct MHD_Daemon *mhd;
 	uint16_t bound_port;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,6 +32,19 @@ static int open_state_dir(struct api_server *srv)
 		return log_error_errno(-errno, "cannot stat state dir '%s'", dir);
 	if (st.st_uid != geteuid())
 		return log_error_errno(-EPERM, "state dir '%s' is not owned by us", dir);
+	{
+		int fd = openat(srv->state_fd, "draftboxd.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+
+		if (fd < 0)
+			return log_error_errno(-errno, "cannot open '%s/draftboxd.lock'", dir);
+		if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			int e = -errno;
+
+			close(fd);
+			return log_error_errno(e, "another draftboxd is using state dir '%s'", dir);
+		}
+		srv->lock_fd = fd; /* held until exit */
+	}
 	if (st.st_mode & 0077) {
 		if (fchmodat(AT_FDCWD, dir, st.st_mode & 0700, 0) < 0)
 			return log_error_errno(-errno, "cannot make state dir '%s' private", dir);
@@ -45,6 +59,7 @@ int api_server_main(struct api_config *cfg)
 		.cfg = cfg,
 		.state_fd = -1,
 		.sessions_fd = -1,
+		.lock_fd = -1,
 		.stop_lock = PTHREAD_MUTEX_INITIALIZER,
 		.stop_cond = PTHREAD_COND_INITIALIZER,
 	};
@@ -100,5 +115,6 @@ out:
 	free(srv.token);
 	safe_close(srv.sessions_fd);
 	safe_close(srv.state_fd);
+	safe_close(srv.lock_fd);
 	return r < 0 ? 1 : 0;
 }

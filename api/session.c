@@ -1055,6 +1055,82 @@ static void cleanup_unknown_dir(struct api_server *srv, const char *name)
 		    srv->cfg->state_dir, name);
 }
 
+/* True if /proc/@pid/cmdline's program is @prog and one argument lies below @prefix. */
+static bool proc_matches(const char *pid, const char *prog, const char *prefix)
+{
+	char path[64], buf[8192];
+	_cleanup_close_ int fd = -1;
+	const char *base;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%s/cmdline", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	base = strrchr(buf, '/');
+	base = base ? base + 1 : buf;
+	if (strcmp(base, prog) != 0)
+		return false;
+	for (char *a = buf + strlen(buf) + 1; a < buf + n; a += strlen(a) + 1)
+		if (strstr(a, prefix))
+			return true;
+	return false;
+}
+
+/*
+ * Orphans of a crashed server: draftbox-run processes working on our sessions
+ * (no run is ours yet at start), and draftfs daemons of views that are not
+ * mounted any more. Both are stopped.
+ */
+static void kill_orphan_processes(struct api_server *srv)
+{
+	_cleanup_closedir_ DIR *d = opendir("/proc");
+	char prefix[PATH_MAX];
+	struct dirent *de;
+
+	if (!d)
+		return;
+	snprintf(prefix, sizeof(prefix), "%s/sessions/", srv->cfg->state_dir);
+	while ((de = readdir(d))) {
+		pid_t pid;
+
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		pid = (pid_t)atoi(de->d_name);
+		if (pid == getpid())
+			continue;
+		if (proc_matches(de->d_name, "draftbox-run", prefix)) {
+			log_warning("stopping orphan draftbox-run %d", (int)pid);
+			kill(pid, SIGTERM);
+		} else if (proc_matches(de->d_name, "draftfs", prefix)) {
+			char path[64], buf[8192];
+			_cleanup_close_ int fd = -1;
+			ssize_t n;
+			const char *last = NULL;
+
+			/* the mountpoint is draftfs' last argument */
+			snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+			fd = open(path, O_RDONLY | O_CLOEXEC);
+			if (fd < 0)
+				continue;
+			n = read(fd, buf, sizeof(buf) - 1);
+			if (n <= 0)
+				continue;
+			buf[n] = '\0';
+			for (char *a = buf; a < buf + n; a += strlen(a) + 1)
+				last = a;
+			if (last && strncmp(last, prefix, strlen(prefix)) == 0 && api_mount_info(last, NULL) == 0) {
+				log_warning("stopping orphan draftfs %d (nothing mounted at '%s')", (int)pid, last);
+				kill(pid, SIGTERM);
+			}
+		}
+	}
+}
+
 /* A session whose removal a crash interrupted: unmount what is left and finish it. */
 static void finish_deletion(struct api_server *srv, const char *name)
 {
@@ -1094,6 +1170,7 @@ int api_sessions_init(struct api_server *srv)
 		close(fd);
 		return -errno;
 	}
+	kill_orphan_processes(srv);
 	while ((de = readdir(d))) {
 		struct api_session *s = NULL;
 		int dfd;

@@ -143,3 +143,15 @@ def test_interrupted_delete_is_finished_at_start(env):
     assert c.request("GET", "/v1/isolated/sessions").json() == {"sessions": []}
     assert not os.path.exists(view)
     srv.stop()
+
+
+def test_one_server_per_state_dir(env):
+    srv = env.server()
+    other = env.server(start=False, port=None)
+    other.start(wait=False)
+    assert other.proc.wait(30) != 0
+    other.proc = None
+    other.log.close()
+    assert "another draftboxd is using state dir" in other.read_log()
+    assert srv.client().request("GET", "/healthz").status == 200
+    srv.stop()
