@@ -129,10 +129,19 @@ int launch_bwrap_args(const struct launch_config *c, const struct launch_plan *p
 		}
 
 	PARENTS(c->workspace_dest);
-	if (c->mode == LAUNCH_MODE_RO)
+	if (p->ws_fd >= 0) {
+		/* by the fd we checked, so the path cannot be swapped meanwhile */
+		r = add(&args, c->mode == LAUNCH_MODE_RO ? "--ro-bind-fd" : "--bind-fd");
+		if (r >= 0)
+			r = addf(&args, (unsigned long long)p->ws_fd);
+		if (r < 0)
+			return r;
+		ADD(c->workspace_dest);
+	} else if (c->mode == LAUNCH_MODE_RO) {
 		ADD("--ro-bind", p->ws_source, c->workspace_dest);
-	else
+	} else {
 		ADD("--bind", p->ws_source, c->workspace_dest);
+	}
 
 	for (size_t i = 0; i < c->n_exposes; i++) {
 		const struct launch_expose *e = &c->exposes[i];

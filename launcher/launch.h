@@ -235,6 +235,7 @@ void launch_cgroup_destroy(struct launch_cgroup *cg);
 /* What the run decided before building bwrap's arguments. */
 struct launch_plan {
 	const char *ws_source;    /* the dir bound as the workspace (view or real dir) */
+	int ws_fd;                /* O_PATH of ws_source, bound by fd when >= 0 (not O_CLOEXEC in bwrap) */
 	const char *home_root;    /* per-session dir (home, tmp, xdg), bound from the host */
 	bool home_ephemeral;      /* home_root lives on the sandbox's /run, made by the helper */
 	const char *helper;       /* host path of draftbox-exec */

@@ -86,6 +86,13 @@ static bool is_fuse_mount(const char *path)
 	return statfs(path, &sfs) == 0 && (unsigned long)sfs.f_type == FUSE_SUPER_MAGIC;
 }
 
+static bool fd_is_fuse(int fd)
+{
+	struct statfs sfs;
+
+	return fstatfs(fd, &sfs) == 0 && (unsigned long)sfs.f_type == FUSE_SUPER_MAGIC;
+}
+
 /* Searches PATH for @name (or takes it as is if it has a '/'). */
 static int find_exec(const char *name, char **ret)
 {
@@ -418,10 +425,11 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 	_cleanup_strv_free_ char **args = NULL;
 	_cleanup_free_ char **bargv = NULL;
 	char **cmd = NULL;
-	_cleanup_close_ int args_fd = -1, sfd = -1, pidfd = -1;
+	_cleanup_close_ int args_fd = -1, sfd = -1, pidfd = -1, ws_fd = -1;
 	int status_pipe[2] = { -1, -1 }, err_pipe[2] = { -1, -1 }, go_pipe[2] = { -1, -1 };
 	struct launch_plan plan = {
 		.ws_source = s->view ? s->view : (c->view ? c->view : c->workspace),
+		.ws_fd = -1,
 		.home_root = s->home_root,
 		.home_ephemeral = s->home_ephemeral,
 		.helper = s->helper,
@@ -446,6 +454,17 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 	}
 	plan.status_fd = status_pipe[1];
 	plan.go_fd = go_pipe[0];
+	ws_fd = open(plan.ws_source, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (ws_fd < 0) {
+		r = log_error_errno(-errno, "cannot open workspace '%s'", plan.ws_source);
+		goto out;
+	}
+	if (c->view && !s->view && !fd_is_fuse(ws_fd)) {
+		r = -EINVAL;
+		log_error("view '%s' is not a draftfs mount", plan.ws_source);
+		goto out;
+	}
+	plan.ws_fd = ws_fd;
 	r = launch_bwrap_args(c, &plan, &args);
 	if (r < 0) {
 		log_error_errno(r, "cannot build the bwrap command line");
@@ -498,7 +517,7 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 		if (dup2(stdin_fd, 0) < 0)
 			goto child_fail;
 		if (clear_cloexec(args_fd) < 0 || clear_cloexec(seccomp_fd) < 0 || clear_cloexec(status_pipe[1]) < 0 ||
-		    clear_cloexec(go_pipe[0]) < 0)
+		    clear_cloexec(go_pipe[0]) < 0 || clear_cloexec(ws_fd) < 0)
 			goto child_fail;
 		for (size_t i = 0; i < c->n_exposes; i++)
 			if (clear_cloexec(c->exposes[i].fd) < 0)

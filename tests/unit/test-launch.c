@@ -240,7 +240,7 @@ static void test_bwrap_args(void)
 {
 	struct launch_config c;
 	struct launch_plan p = { .ws_source = "/src", .home_root = "/h", .helper = "/x/draftbox-exec",
-				 .seccomp_fd = 7, .status_fd = 8, .uid = 10001, .gid = 10001 };
+				 .seccomp_fd = 7, .status_fd = 8, .uid = 10001, .gid = 10001, .ws_fd = -1 };
 	char **args = NULL;
 
 	parse(&c, (const char *const[]){ "--workspace", "/w", "--workspace-dest", "/tmp/a/w", "--mode", "ro",
@@ -265,6 +265,11 @@ static void test_bwrap_args(void)
 	ok(launch_bwrap_args(&c, &p, &args) == 0, "balanced args");
 	ok(strv_has_pair(args, "--bind", "/tmp") && !strv_has(args, "--unshare-net") &&
 	   strv_has_pair(args, "--bind", "/src"), "balanced binds /tmp, share-net keeps the network");
+	strv_free(args);
+	args = NULL;
+	p.ws_fd = 5;
+	ok(launch_bwrap_args(&c, &p, &args) == 0 && strv_has_pair(args, "--bind-fd", "5") &&
+	   !strv_has_pair(args, "--bind", "/src"), "workspace bound by its pinned fd");
 	strv_free(args);
 	launch_config_free(&c);
 }
