@@ -741,7 +741,6 @@ int launch_run(struct launch_config *c)
 	const char *bad = NULL;
 	uint64_t peak = 0, ooms = 0, cpu_ns = 0;
 	int r, status = LAUNCH_EXIT_FAILURE;
-
 	double t0 = now_ms();
 
 	r = check_dir("workspace", c->workspace);
