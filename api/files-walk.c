@@ -31,23 +31,44 @@ struct walk {
 	bool truncated;
 };
 
-static int cmp_str(const void *a, const void *b)
+/* One directory's entries as read: the name and readdir's d_type (DT_UNKNOWN when the filesystem does not say). */
+struct dir_entry {
+	char *name;
+	unsigned char type;
+};
+
+struct dir_list {
+	struct dir_entry *e;
+	size_t n;
+};
+
+static void dir_list_done(struct dir_list *l)
 {
-	return strcmp(*(char *const *)a, *(char *const *)b);
+	for (size_t i = 0; i < l->n; i++)
+		free(l->e[i].name);
+	free(l->e);
+	l->e = NULL;
+	l->n = 0;
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+	return strcmp(((const struct dir_entry *)a)->name, ((const struct dir_entry *)b)->name);
 }
 
 /*
- * Reads at most @max names of @dir_fd (sorted) into a new vector; *ret_more
- * (if not NULL) tells whether more were left unread.
+ * Reads at most @max entries of @dir_fd, sorted by name, into *ret (freed
+ * with dir_list_done(), also on failure); *ret_more (if not NULL) tells
+ * whether more were left unread.
  */
-static int read_names(int dir_fd, size_t max, char ***ret, size_t *ret_n, bool *ret_more)
+static int read_names(int dir_fd, size_t max, struct dir_list *ret, bool *ret_more)
 {
-	_cleanup_strv_free_ char **names = NULL;
 	_cleanup_closedir_ DIR *d = NULL;
-	size_t n = 0, alloc = 0;
+	size_t alloc = 0;
 	struct dirent *de;
 	int fd;
 
+	*ret = (struct dir_list){ 0 };
 	if (ret_more)
 		*ret_more = false;
 	fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -68,33 +89,27 @@ static int read_names(int dir_fd, size_t max, char ***ret, size_t *ret_n, bool *
 		}
 		if (!name_is_valid(de->d_name))
 			continue;
-		if (n >= max) {
+		if (ret->n >= max) {
 			if (ret_more)
 				*ret_more = true;
 			break;
 		}
-		if (n + 2 > alloc) {
+		if (ret->n + 1 > alloc) {
 			size_t na = alloc ? alloc * 2 : 32;
-			char **nv = realloc(names, na * sizeof(char *));
+			struct dir_entry *ne = realloc(ret->e, na * sizeof(*ne));
 
-			if (!nv)
+			if (!ne)
 				return -ENOMEM;
-			names = nv;
+			ret->e = ne;
 			alloc = na;
 		}
-		names[n] = strdup(de->d_name);
-		if (!names[n])
+		ret->e[ret->n].name = strdup(de->d_name);
+		if (!ret->e[ret->n].name)
 			return -ENOMEM;
-		names[++n] = NULL;
+		ret->e[ret->n++].type = de->d_type;
 	}
-	if (!names) {
-		names = calloc(1, sizeof(char *));
-		if (!names)
-			return -ENOMEM;
-	}
-	qsort(names, n, sizeof(char *), cmp_str);
-	*ret = TAKE_PTR(names);
-	*ret_n = n;
+	if (ret->n > 1)
+		qsort(ret->e, ret->n, sizeof(*ret->e), cmp_entry);
 	return 0;
 }
 
@@ -106,19 +121,20 @@ static int join_rel(const char *dir, const char *name, char **ret)
 /* Visits the entries of @dir_fd (relative path @rel_dir) at @depth (1 for the start directory's children). */
 static int walk_dir(struct walk *w, int dir_fd, const char *rel_dir, unsigned depth)
 {
-	_cleanup_strv_free_ char **names = NULL;
+	_cleanup_(dir_list_done) struct dir_list list = { 0 };
 	bool more = false;
-	size_t n;
 	int r;
 
 	/* Never hold more names than may still be visited: a directory can hold millions. */
-	r = read_names(dir_fd, w->max_visited - w->visited, &names, &n, &more);
+	r = read_names(dir_fd, w->max_visited - w->visited, &list, &more);
 	if (r < 0)
 		return r;
 	if (more)
 		w->truncated = true;
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < list.n; i++) {
 		_cleanup_free_ char *rel = NULL, *display = NULL;
+		const char *name = list.e[i].name;
+		unsigned char type = list.e[i].type;
 		struct statx stx;
 		bool report;
 
@@ -127,18 +143,21 @@ static int walk_dir(struct walk *w, int dir_fd, const char *rel_dir, unsigned de
 			return 0;
 		}
 		w->visited++;
-		if (statx(dir_fd, names[i], AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | AT_STATX_SYNC_AS_STAT,
+		/* A search skips the stat of what readdir already says is a non-matching non-directory. */
+		if (w->pattern && type != DT_UNKNOWN && type != DT_DIR && fnmatch(w->pattern, name, 0) != 0)
+			continue;
+		if (statx(dir_fd, name, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | AT_STATX_SYNC_AS_STAT,
 			  STATX_BASIC_STATS | STATX_BTIME, &stx) < 0) {
 			if (errno == ENOENT)
 				continue; /* removed under us */
 			return -errno;
 		}
-		r = join_rel(rel_dir, names[i], &rel);
+		r = join_rel(rel_dir, name, &rel);
 		if (r < 0)
 			return r;
 
 		if (w->pattern)
-			report = !S_ISDIR(stx.stx_mode) && fnmatch(w->pattern, names[i], 0) == 0;
+			report = !S_ISDIR(stx.stx_mode) && fnmatch(w->pattern, name, 0) == 0;
 		else
 			report = w->dirs_too || !S_ISDIR(stx.stx_mode);
 		if (report) {
@@ -169,7 +188,7 @@ static int walk_dir(struct walk *w, int dir_fd, const char *rel_dir, unsigned de
 			}
 			if (makedev(stx.stx_dev_major, stx.stx_dev_minor) != w->dev)
 				continue;
-			sub = openat(dir_fd, names[i], O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			sub = openat(dir_fd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			if (sub < 0) {
 				if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP)
 					continue; /* replaced under us: not entered */
@@ -286,26 +305,27 @@ static int remove_children(int dir_fd, dev_t dev, unsigned depth)
 	 * remove them cannot keep us here forever.
 	 */
 	for (unsigned pass = 0; pass < REMOVE_MAX_PASSES; pass++) {
-		_cleanup_strv_free_ char **names = NULL;
-		size_t n;
+		_cleanup_(dir_list_done) struct dir_list list = { 0 };
 		int r;
 
-		r = read_names(dir_fd, REMOVE_BATCH, &names, &n, NULL);
+		r = read_names(dir_fd, REMOVE_BATCH, &list, NULL);
 		if (r < 0)
 			return r;
-		if (n == 0)
+		if (list.n == 0)
 			return 0;
-		for (size_t i = 0; i < n; i++) {
+		for (size_t i = 0; i < list.n; i++) {
 			_cleanup_close_ int sub = -1;
+			const char *name = list.e[i].name;
 			struct stat st;
 
-			if (unlinkat(dir_fd, names[i], 0) == 0 || errno == ENOENT)
+			/* unlink first whatever d_type says: it may be stale, and a link must never be entered */
+			if (unlinkat(dir_fd, name, 0) == 0 || errno == ENOENT)
 				continue;
 			if (errno != EISDIR && errno != EPERM)
 				return -errno;
 			if (depth >= API_WALK_MAX_DEPTH)
 				return -ENAMETOOLONG;
-			sub = openat(dir_fd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			sub = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			if (sub < 0) {
 				if (errno == ENOENT)
 					continue;
@@ -318,7 +338,7 @@ static int remove_children(int dir_fd, dev_t dev, unsigned depth)
 			r = remove_children(sub, dev, depth + 1);
 			if (r < 0)
 				return r;
-			if (unlinkat(dir_fd, names[i], AT_REMOVEDIR) < 0 && errno != ENOENT)
+			if (unlinkat(dir_fd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
 				return -errno;
 		}
 	}
