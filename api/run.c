@@ -491,13 +491,18 @@ void api_run_cancel(struct api_run *run)
 	pid_t pid = __atomic_load_n(&run->pid, __ATOMIC_ACQUIRE);
 	uint64_t now = mono_ms();
 
+	uint64_t zero = 0, began;
+
 	if (pid <= 0)
 		return;
-	if (!run->cancel_mono) {
-		run->cancel_mono = now;
-		run->cancelled = true;
+	/* called from the run's own thread and from delete/shutdown: the first caller starts the cancel */
+	if (__atomic_compare_exchange_n(&run->cancel_mono, &zero, now, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		__atomic_store_n(&run->cancelled, true, __ATOMIC_RELEASE);
 		kill(pid, SIGTERM); /* draftbox-run stops the whole tree (SIGINT, SIGTERM, SIGKILL) */
-	} else if (now - run->cancel_mono > CANCEL_KILL_MS) {
+		return;
+	}
+	began = __atomic_load_n(&run->cancel_mono, __ATOMIC_ACQUIRE);
+	if (now - began > CANCEL_KILL_MS) {
 		kill(-pid, SIGKILL);
 		kill(pid, SIGKILL);
 	}
@@ -596,12 +601,12 @@ static int pump_step(struct api_run *run, struct run_proc *p, int client_fd, int
 
 	if (run->in_setup && now - run->start_mono > SETUP_GATE_MS)
 		setup_done(run);
-	if (run->deadline_mono && now > run->deadline_mono && !run->cancel_mono) {
+	if (run->deadline_mono && now > run->deadline_mono && !__atomic_load_n(&run->cancel_mono, __ATOMIC_ACQUIRE)) {
 		log_warning("session %s: run %s outlived its timeout, stopping it", run->s->id, run->id);
 		run->timed_out = true;
 		api_run_cancel(run);
 	}
-	if (run->cancel_mono)
+	if (__atomic_load_n(&run->cancel_mono, __ATOMIC_ACQUIRE))
 		api_run_cancel(run); /* escalates when overdue */
 
 	if (run->in_fd >= 0 && run->code_off < run->code_len)
@@ -617,7 +622,7 @@ static int pump_step(struct api_run *run, struct run_proc *p, int client_fd, int
 	if (client_fd >= 0)
 		idx_client = (int)n, pfd[n++] = (struct pollfd){ .fd = client_fd, .events = POLLRDHUP };
 
-	r = poll(pfd, n, run->cancel_mono || run->in_setup ? MIN(timeout_ms, 200) : timeout_ms);
+	r = poll(pfd, n, __atomic_load_n(&run->cancel_mono, __ATOMIC_ACQUIRE) || run->in_setup ? MIN(timeout_ms, 200) : timeout_ms);
 	if (r < 0 && errno != EINTR)
 		return -errno;
 	if (r <= 0)
