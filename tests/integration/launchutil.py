@@ -20,6 +20,7 @@ from conftest import build_path
 RUN = build_path("launcher", "draftbox-run")
 TRY = build_path("tests", "integration", "try-syscall")
 DRAFTFS = build_path("fs", "draftfs")
+TRY_DEST = "/run/dbx-test/try-syscall"
 
 
 def require_sandbox():
@@ -89,6 +90,11 @@ class Box:
         r, w = os.pipe()
         args = [RUN, "--workspace", workspace or self.ws, "--state-dir", self.state,
                 "--json-fd", str(w)]
+        cmd = list(cmd)
+        if cmd and cmd[0] == TRY:
+            # the build dir may be under /tmp, which strict hides: expose the helper explicitly
+            args += ["--allow", os.path.dirname(TRY), "--expose", f"{TRY}:{TRY_DEST}"]
+            cmd[0] = TRY_DEST
         if mode:
             args += ["--mode", mode]
         args += list(opts) + ["--"] + list(cmd)
