@@ -107,6 +107,10 @@ static int print_line(const git_diff_delta *delta, const git_diff_hunk *hunk, co
 	char c = line->origin;
 	int r;
 
+	/* libgit2 1.5 prints "Binary files differ" for a mode-only change of a binary file: git does not */
+	if (c == GIT_DIFF_LINE_BINARY && git_oid_equal(&delta->old_file.id, &delta->new_file.id))
+		return 0;
+
 	if (c == GIT_DIFF_LINE_CONTEXT || c == GIT_DIFF_LINE_ADDITION || c == GIT_DIFF_LINE_DELETION) {
 		r = write_full(o->fd, &c, 1);
 		if (r < 0) {
@@ -181,6 +185,7 @@ int ovl_patch_write(const struct ovl_ctl_env *env, const struct ovl_changes *c, 
 	if (r < 0)
 		return git_to_errno(r);
 	opts.flags = GIT_DIFF_SHOW_BINARY;
+	opts.id_abbrev = GIT_OID_HEXSZ; /* full index lines: git apply needs them for binary hunks */
 	r = git_diff_tree_to_tree(&diff, repo, old_tree, new_tree, &opts);
 	if (r < 0)
 		return git_to_errno(r);
