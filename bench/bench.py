@@ -289,12 +289,26 @@ def main():
                         " ".join("%.3fs" % t for t in times.values())))
             res["load"].append(list(os.getloadavg()))
 
-        if not args.no_session:
-            res["session"] = session.run_session(suite, active, unavailable, args, log)
-        if not args.no_memory:
-            res["memory"] = session.run_memory(suite, active, unavailable, args, log)
-        if args.profile:
-            res["profile"] = session.run_profile(suite, active, wls, args, log)
+        for key, enabled, fn in (("session", not args.no_session,
+                                  lambda: session.run_session(suite, active, unavailable, args, log)),
+                                 ("memory", not args.no_memory,
+                                  lambda: session.run_memory(suite, active, unavailable, args, log)),
+                                 ("profile", args.profile,
+                                  lambda: session.run_profile(suite, active, wls, args, log))):
+            if not enabled:
+                continue
+            try:
+                res[key] = fn()
+            except KeyboardInterrupt:
+                raise
+            except Exception as e:
+                msg = "%s: %s: %s" % (key, type(e).__name__, e)
+                log("FAILED " + msg)
+                res["errors"].append(msg)
+                rc = 1
+        if suite.failures:
+            res["errors"].extend(suite.failures)
+            rc = 1
     except KeyboardInterrupt:
         log("interrupted")
         rc = 130

@@ -81,13 +81,21 @@ def run_session(suite, active, unavailable, args, log):
         out["mount"][impl.name] = _med(ts)
     if "draftfs" in unavailable:
         out["mount"]["draftfs"] = _reason(unavailable, "draftfs")
-    out["launcher"] = _launcher(suite, args, log)
+    try:
+        out["launcher"] = _launcher(suite, args, log)
+    except Exception as e:
+        out["launcher"] = {"unavailable": "failed: %s" % e}
+        suite.failures.append("launcher: %s" % e)
     d = _draftfs(active)
     if d is None:
         out["diff"] = {"unavailable": _reason(unavailable, "draftfs")}
         out["commit"] = {"unavailable": _reason(unavailable, "draftfs")}
     else:
-        out["diff"], out["commit"] = _control(suite, d, args, log)
+        try:
+            out["diff"], out["commit"] = _control(suite, d, args, log)
+        except Exception as e:
+            out["diff"] = out["commit"] = {"unavailable": "failed: %s: %s" % (type(e).__name__, e)}
+            suite.failures.append("diff/commit: %s: %s" % (type(e).__name__, e))
     return out
 
 
@@ -228,30 +236,41 @@ def run_memory(suite, active, unavailable, args, log):
         if not impl.fuse or impl.name == "fo-default":
             continue
         log("memory: %s over %d entries" % (impl.name, suite.man["wide_entries"]))
-        m = suite.mount(impl, lower=wide)
         try:
-            _drop()
-            rss0, _ = m.rss()
-            walks = []
-            for k in range(4):
-                if k:
-                    _drop()
-                r = subprocess.run("find . -ls | wc -l", shell=True, cwd=m.root, stdout=subprocess.PIPE, check=True)
-                n = int(r.stdout) - 1
-                if k == 0:
-                    rss1, hwm = m.rss()
-                walks.append(m.rss()[0])
-            _, hwm = m.rss()
-            out[impl.name] = {
-                "entries": n, "rss0_kib": rss0, "rss1_kib": rss1, "hwm_kib": hwm,
-                "delta_kib": rss1 - rss0, "bytes_per_inode": (rss1 - rss0) * 1024.0 / max(1, n),
-                "walks_kib": walks, "growth_kib": walks[-1] - walks[0],
-            }
-        finally:
-            suite.umount(m)
+            out[impl.name] = _memory_one(suite, impl, wide)
+        except Exception as e:
+            out[impl.name] = {"unavailable": "failed: %s" % e}
+            suite.failures.append("memory on %s: %s" % (impl.name, e))
     if "draftfs" in unavailable:
         out["draftfs"] = {"unavailable": _reason(unavailable, "draftfs")}
     return out
+
+
+def _memory_one(suite, impl, wide):
+    """One daemon over @wide: a walk, then three more after dropping caches."""
+    m = suite.mount(impl, lower=wide)
+    try:
+        _drop()
+        rss0, _ = m.rss()
+        walks = []
+        for k in range(4):
+            if k:
+                _drop()
+            r = subprocess.run(["find", ".", "-ls"], cwd=m.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            if r.returncode != 0:
+                raise RuntimeError("find: %s" % r.stderr.decode(errors="replace").strip()[-200:])
+            n = r.stdout.count(b"\n") - 1
+            if k == 0:
+                rss1, _ = m.rss()
+            walks.append(m.rss()[0])
+        _, hwm = m.rss()
+        return {
+            "entries": n, "rss0_kib": rss0, "rss1_kib": rss1, "hwm_kib": hwm,
+            "delta_kib": rss1 - rss0, "bytes_per_inode": (rss1 - rss0) * 1024.0 / max(1, n),
+            "walks_kib": walks, "growth_kib": walks[-1] - walks[0],
+        }
+    finally:
+        suite.umount(m)
 
 
 def run_profile(suite, active, wls, args, log):

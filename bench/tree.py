@@ -24,7 +24,7 @@ import subprocess
 import tarfile
 import time
 
-TREE_VERSION = 4
+TREE_VERSION = 5
 FIXED_MTIME = 1704067200  # 2024-01-01 00:00:00 UTC
 MAX_FILE = 4 << 20
 
@@ -51,7 +51,7 @@ def sizes(scale):
         "vendor_files": n(5000, 50),
         "repo_files": n(10000, 100),
         "big_bytes": n(1 << 30, 16 << 20) // (1 << 20) * (1 << 20),
-        "proj_units": n(120, 8),
+        "proj_units": n(60, 8),
         "proj_headers": n(40, 6),
         "wide_files": n(100000, 2000),
         "untar_files": n(10000, 100),

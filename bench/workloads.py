@@ -49,7 +49,8 @@ class Workload:
 
 
 def _sh(cmd):
-    return ["sh", "-c", cmd]
+    # pipefail: a reader that fails half-way (EIO, EMFILE) must not hide behind `| cat`
+    return ["bash", "-o", "pipefail", "-c", cmd]
 
 
 def all_workloads(man, jobs):
