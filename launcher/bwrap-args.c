@@ -167,7 +167,7 @@ int launch_bwrap_args(const struct launch_config *c, const struct launch_plan *p
 	snprintf(num, sizeof(num), "%d", p->seccomp_fd);
 	ADD("--seccomp", num);
 
-	/* the helper: UID GID STATUS_FD NOFILE FSIZE HOME GO_FD -- COMMAND */
+	/* the helper: UID GID STATUS_FD NOFILE FSIZE HOME GO_FD ERR_FD -- COMMAND */
 	ADD("--", LAUNCH_HELPER_DEST);
 	r = addf(&args, (unsigned long long)p->uid);
 	if (r >= 0)
@@ -182,6 +182,8 @@ int launch_bwrap_args(const struct launch_config *c, const struct launch_plan *p
 		r = add(&args, p->home_ephemeral ? p->home_root : "-");
 	if (r >= 0)
 		r = addf(&args, (unsigned long long)p->go_fd);
+	if (r >= 0)
+		r = addf(&args, (unsigned long long)p->err_fd);
 	if (r < 0)
 		return r;
 	ADD("--");

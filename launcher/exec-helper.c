@@ -18,13 +18,16 @@
  *      bwrap folds a signal into 128+N.
  *
  * Usage (only draftbox-run calls it):
- *   draftbox-exec UID GID STATUS_FD NOFILE FSIZE HOME GO_FD -- COMMAND [ARGS...]
+ *   draftbox-exec UID GID STATUS_FD NOFILE FSIZE HOME GO_FD ERR_FD -- COMMAND [ARGS...]
  * FSIZE 0 means unlimited. HOME is "-", or a dir on a sandbox-private
  * tmpfs in which to create home/ tmp/ config/ cache/ state/ data/ owned by
  * UID (an ephemeral home for runs without --home-dir: nothing to clean up
  * on the host). GO_FD is a barrier: the helper waits for one byte on it
  * before doing anything, so draftbox-run can finish moving the sandbox
  * into its cgroup while bwrap sets up (EOF: the launcher is gone, exit).
+ * ERR_FD is the caller's real stderr: bwrap's stderr is a pipe to
+ * draftbox-run (so its set-up errors can be told apart and retried), and
+ * the helper puts the real one back on fd 2 for the command.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -198,7 +201,7 @@ int main(int argc, char **argv)
 	pid_t pid;
 	ssize_t n;
 
-	if (argc < 10 || strcmp(argv[8], "--") != 0) {
+	if (argc < 11 || strcmp(argv[9], "--") != 0) {
 		fprintf(stderr, "draftbox-exec: only draftbox-run runs this\n");
 		return EXIT_SETUP;
 	}
@@ -221,6 +224,16 @@ int main(int argc, char **argv)
 	make_home(argv[6], uid, gid);
 	drop(uid, gid);
 	verify(uid, gid);
+
+	/* from here on, messages belong on the caller's stderr */
+	{
+		int err_fd = (int)parse_num(argv[8]);
+
+		if (dup2(err_fd, STDERR_FILENO) < 0)
+			fail("cannot restore stderr", EXIT_SETUP);
+		if (err_fd != STDERR_FILENO)
+			close(err_fd);
+	}
 
 	/* nothing but 0, 1, 2 crosses into the command */
 	if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
@@ -250,7 +263,7 @@ int main(int argc, char **argv)
 			goto child_fail;
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
-		execvp(argv[9], argv + 9);
+		execvp(argv[10], argv + 10);
 child_fail:
 		err = errno;
 		(void)!write(errpipe[1], &err, sizeof(err));
@@ -278,7 +291,7 @@ child_fail:
 	}
 	if (n == (ssize_t)sizeof(err)) {
 		report('E', err);
-		fprintf(stderr, "draftbox-exec: cannot run '%s': %s\n", argv[9], strerror(err));
+		fprintf(stderr, "draftbox-exec: cannot run '%s': %s\n", argv[10], strerror(err));
 		return err == ENOENT ? 127 : 126;
 	}
 	if (WIFSIGNALED(st)) {

@@ -242,6 +242,7 @@ struct launch_plan {
 	int seccomp_fd;
 	int status_fd;            /* helper -> launcher status pipe, write end */
 	int go_fd;                /* launcher -> helper barrier, read end */
+	int err_fd;               /* the caller's stderr, for the command (bwrap's goes to a pipe) */
 	uid_t uid;
 	gid_t gid;
 	char **hide;              /* extra dirs to hide with a tmpfs (session dir) */

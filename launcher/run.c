@@ -65,7 +65,9 @@ struct run_result {
 	bool timed_out;
 	bool cancelled;
 	bool oom_killed;
-	bool failed;           /* the sandbox could not be set up (message already printed) */
+	bool failed;           /* the sandbox could not be set up */
+	bool retryable;        /* ... because a host mount changed under bwrap: try again */
+	char setup_error[512]; /* bwrap's own messages when it failed */
 	double wall_ms;
 	double cpu_ms;
 	uint64_t peak_bytes;
@@ -427,6 +429,10 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 	char **cmd = NULL;
 	_cleanup_close_ int args_fd = -1, sfd = -1, pidfd = -1, ws_fd = -1;
 	int status_pipe[2] = { -1, -1 }, err_pipe[2] = { -1, -1 }, go_pipe[2] = { -1, -1 };
+	int bwrap_err[2] = { -1, -1 };
+	_cleanup_close_ int err_copy = -1;
+	char errbuf[4096];
+	size_t err_len = 0;
 	struct launch_plan plan = {
 		.ws_source = s->view ? s->view : (c->view ? c->view : c->workspace),
 		.ws_fd = -1,
@@ -448,12 +454,20 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 	int r, st, child_err = 0;
 	ssize_t n;
 
-	if (pipe2(status_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 || pipe2(go_pipe, O_CLOEXEC) < 0) {
+	if (pipe2(status_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 || pipe2(go_pipe, O_CLOEXEC) < 0 ||
+	    pipe2(bwrap_err, O_CLOEXEC) < 0) {
 		r = log_error_errno(-errno, "cannot create pipes");
 		goto out;
 	}
 	plan.status_fd = status_pipe[1];
 	plan.go_fd = go_pipe[0];
+	/* bwrap's stderr is a pipe to us; the helper gives the command this copy of ours */
+	err_copy = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+	if (err_copy < 0) {
+		r = log_error_errno(-errno, "cannot duplicate stderr");
+		goto out;
+	}
+	plan.err_fd = err_copy;
 	ws_fd = open(plan.ws_source, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (ws_fd < 0) {
 		r = log_error_errno(-errno, "cannot open workspace '%s'", plan.ws_source);
@@ -514,7 +528,7 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 
 		sigprocmask(SIG_SETMASK, &old, NULL);
 		signal(SIGPIPE, SIG_DFL);
-		if (dup2(stdin_fd, 0) < 0)
+		if (dup2(stdin_fd, 0) < 0 || dup2(bwrap_err[1], 2) < 0 || clear_cloexec(err_copy) < 0)
 			goto child_fail;
 		if (clear_cloexec(args_fd) < 0 || clear_cloexec(seccomp_fd) < 0 || clear_cloexec(status_pipe[1]) < 0 ||
 		    clear_cloexec(go_pipe[0]) < 0 || clear_cloexec(ws_fd) < 0)
@@ -535,6 +549,8 @@ child_fail:
 	status_pipe[1] = -1;
 	close(go_pipe[0]);
 	go_pipe[0] = -1;
+	close(bwrap_err[1]);
+	bwrap_err[1] = -1;
 	/*
 	 * Moving a process between cgroups costs an RCU grace period on v1
 	 * (milliseconds): do it now, while bwrap execs and builds the
@@ -571,21 +587,33 @@ child_fail:
 	}
 	deadline = c->timeout > 0 ? start + c->timeout * 1000 : INFINITY;
 	for (;;) {
-		struct pollfd pfd[3] = {
+		struct pollfd pfd[4] = {
 			{ .fd = pidfd, .events = POLLIN },
 			{ .fd = sfd, .events = POLLIN },
 			{ .fd = status_pipe[0], .events = POLLIN },
+			{ .fd = bwrap_err[0], .events = POLLIN },
 		};
 		double now = now_ms(), wake = MIN(deadline, esc.next);
 		int timeout_ms = isinf(wake) ? -1 : (int)MAX(0.0, ceil(wake - now));
 
-		if (poll(pfd, status_pipe[0] >= 0 ? 3 : 2, timeout_ms) < 0) {
+		if (poll(pfd, 4, timeout_ms) < 0) {
 			if (errno != EINTR)
 				usleep(1000); /* cannot happen with valid fds; do not spin */
 			continue;
 		}
 		if (pfd[0].revents & POLLIN)
 			break;
+		if (pfd[3].revents & (POLLIN | POLLHUP)) {
+			char junk[512];
+
+			/* keep draining, keep the first 4 KiB */
+			n = err_len < sizeof(errbuf) - 1 ? read(bwrap_err[0], errbuf + err_len, sizeof(errbuf) - 1 - err_len)
+							 : read(bwrap_err[0], junk, sizeof(junk));
+			if (n > 0 && err_len < sizeof(errbuf) - 1)
+				err_len += (size_t)n;
+			else if (n <= 0)
+				bwrap_err[0] = safe_close(bwrap_err[0]);
+		}
 		if (pfd[2].revents & (POLLIN | POLLHUP)) {
 			n = read(status_pipe[0], status_buf + status_len, sizeof(status_buf) - 1 - status_len);
 			if (n > 0)
@@ -635,6 +663,10 @@ child_fail:
 	       (n = read(status_pipe[0], status_buf + status_len, sizeof(status_buf) - 1 - status_len)) > 0)
 		status_len += (size_t)n;
 	status_buf[status_len] = 0;
+	while (bwrap_err[0] >= 0 && err_len < sizeof(errbuf) - 1 &&
+	       (n = read(bwrap_err[0], errbuf + err_len, sizeof(errbuf) - 1 - err_len)) > 0)
+		err_len += (size_t)n;
+	errbuf[err_len] = 0;
 
 	{
 		char *line = status_buf, *last = NULL;
@@ -662,6 +694,7 @@ child_fail:
 		case 'F':
 			log_error("the sandbox refused to start: %s", last + 2);
 			res->failed = true;
+			err_len = 0; /* the helper said the same on bwrap's stderr */
 			break;
 		default:
 			/* no word from the helper: bwrap failed to set up, or the helper was killed */
@@ -672,11 +705,22 @@ child_fail:
 			} else if (esc.stage > 0) {
 				res->signal = SIGKILL;
 			} else {
-				log_error("bwrap failed to set up the sandbox (exit status %d)", WEXITSTATUS(st));
+				/* nothing ran: bwrap could not build the sandbox */
 				res->failed = true;
+				errbuf[strcspn(errbuf, "\n")] = 0;
+				if (!err_len)
+					strcpy(errbuf, "no message");
+				errbuf[sizeof(res->setup_error) - 1] = 0;
+				memcpy(res->setup_error, errbuf, strlen(errbuf) + 1);
+				/* a mount below / went away while bwrap copied the tree (another session's view) */
+				res->retryable = strstr(errbuf, "mount") && strstr(errbuf, "No such file or directory");
+				err_len = 0;
 			}
 		}
 	}
+	/* bwrap's own warnings, when it did run the command */
+	if (err_len)
+		(void)write_full(STDERR_FILENO, errbuf, err_len);
 	r = 0;
 
 out_mask:
@@ -688,6 +732,8 @@ out:
 	safe_close(err_pipe[1]);
 	safe_close(go_pipe[0]);
 	safe_close(go_pipe[1]);
+	safe_close(bwrap_err[0]);
+	safe_close(bwrap_err[1]);
 	return r;
 }
 
@@ -742,6 +788,7 @@ int launch_run(struct launch_config *c)
 	uint64_t peak = 0, ooms = 0, cpu_ns = 0;
 	int r, status = LAUNCH_EXIT_FAILURE;
 	double t0 = now_ms();
+	off_t seccomp_off;
 
 	r = check_dir("workspace", c->workspace);
 	if (r < 0)
@@ -912,10 +959,25 @@ int launch_run(struct launch_config *c)
 	}
 
 	log_debug("t=%.3fms before start", now_ms() - t0);
-	r = start_and_wait(&s, seccomp_fd, stdin_fd, &res);
+	seccomp_off = lseek(seccomp_fd, 0, SEEK_CUR);
+	for (unsigned attempt = 0;; attempt++) {
+		res = (struct run_result){};
+		r = start_and_wait(&s, seccomp_fd, stdin_fd, &res);
+		if (r < 0)
+			goto out;
+		if (!res.retryable || attempt >= 3)
+			break;
+		/* nothing ran; the host's mount table moved under bwrap (sessions come and go) */
+		log_debug("bwrap set-up raced with a mount change (%s), retrying", res.setup_error);
+		if (lseek(seccomp_fd, seccomp_off, SEEK_SET) < 0) {
+			r = log_error_errno(-errno, "cannot rewind the seccomp program");
+			goto out;
+		}
+		usleep(5000 * (attempt + 1));
+	}
 	log_debug("t=%.3fms after wait", now_ms() - t0);
-	if (r < 0)
-		goto out;
+	if (res.failed && res.setup_error[0])
+		log_error("bwrap failed to set up the sandbox: %s", res.setup_error);
 
 	/* bwrap is gone, so its pid namespace is: what is left is still exiting */
 	if (!launch_cgroup_wait_empty(&s.cg, 20000))
