@@ -770,6 +770,8 @@ static int print_json(const struct launch_config *c, const struct run_state *s, 
 	json_add_u64(o, "peak_memory_bytes", res->peak_bytes);
 	cJSON_AddNumberToObject(o, "uid", s->uid);
 	cJSON_AddStringToObject(o, "cgroup", s->cg.version == LAUNCH_CGROUP_V2 ? "v2" : "v1");
+	if (s->session_dir)
+		cJSON_AddStringToObject(o, "session_dir", s->session_dir);
 	text = cJSON_PrintUnformatted(o);
 	if (!text)
 		return -ENOMEM;
@@ -995,6 +997,8 @@ int launch_run(struct launch_config *c)
 		status = LAUNCH_EXIT_FAILURE;
 		goto out;
 	}
+	if (c->keep && s.view)
+		log_info("the view stays mounted at '%s' (upper: '%s/upper')", s.view, s.session_dir);
 	if (c->json) {
 		r = print_json(c, &s, &res);
 		if (r < 0)
