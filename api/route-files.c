@@ -255,6 +255,7 @@ struct upload_ctx {
 	bool in_meta;
 	cJSON *done;                 /* [{path, bytes}] */
 	int error;                   /* first failure; the request was answered */
+	bool op;                     /* holds a session operation: delete waits for the upload */
 };
 
 static void upload_ctx_free(void *p)
@@ -269,6 +270,8 @@ static void upload_ctx_free(void *p)
 	free(u->cur_path);
 	free(u->meta);
 	cJSON_Delete(u->done);
+	if (u->op)
+		api_session_op_end(u->s);
 	api_session_unref(u->s);
 	free(u);
 }
@@ -386,6 +389,10 @@ static enum MHD_Result post_iter(void *cls, enum MHD_ValueKind kind, const char 
 	if (size > 0) {
 		r = api_upload_write(u->cur, data, size);
 		if (r < 0) {
+			/* drop the temporary file now, not when the connection ends: the client may look at once */
+			api_upload_free(u->cur);
+			u->cur = NULL;
+			u->cur_active = false;
 			reply_errno(req, r, "cannot upload", u->cur_path);
 			u->error = r;
 			return MHD_NO;
@@ -416,6 +423,13 @@ int api_upload_files(struct api_request *req, const char *data, size_t size)
 		u->s = api_request_session(req);
 		if (!u->s)
 			return -ESRCH;
+		if (api_session_op_begin(u->s) < 0) {
+			api_session_unref(u->s);
+			u->s = NULL;
+			api_reply_error(req, 404, API_E_SESSION_NOT_FOUND, "session not found");
+			return -ESRCH;
+		}
+		u->op = true;
 		api_session_files_root(u->s, &u->root);
 		u->pp = MHD_create_post_processor(req->conn, 64 * 1024, post_iter, req);
 		if (!u->pp) {
@@ -433,11 +447,24 @@ int api_upload_files(struct api_request *req, const char *data, size_t size)
 	return 0;
 }
 
+/* Ends the upload's hold on the session before the answer goes out (a delete may follow at once). */
+static void upload_release(struct upload_ctx *u)
+{
+	api_upload_free(u->cur);
+	u->cur = NULL;
+	u->cur_active = false;
+	if (u->op) {
+		u->op = false;
+		api_session_op_end(u->s);
+	}
+}
+
 enum MHD_Result api_handle_files_upload(struct api_request *req)
 {
 	struct upload_ctx *u = req->upload;
 	_cleanup_json_ cJSON *o = NULL;
 	cJSON *first;
+	int r;
 
 	if (!u)
 		return api_reply_error(req, 400, API_E_INVALID_FILE, "the upload has no body");
@@ -445,9 +472,13 @@ enum MHD_Result api_handle_files_upload(struct api_request *req)
 		MHD_destroy_post_processor(u->pp); /* flushes the last part */
 		u->pp = NULL;
 	}
-	if (req->answered)
+	if (req->answered) {
+		upload_release(u);
 		return MHD_YES;
-	if (upload_finish_part(req, u) < 0)
+	}
+	r = upload_finish_part(req, u);
+	upload_release(u);
+	if (r < 0)
 		return MHD_YES;
 	if (cJSON_GetArraySize(u->done) == 0)
 		return api_reply_error(req, 400, API_E_INVALID_FILE, "no 'file' part in the upload");

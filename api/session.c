@@ -24,6 +24,8 @@
 #include "session.h"
 #include "uid-pool.h"
 
+static void wait_draftfs_gone(struct api_server *srv, const char *view);
+
 struct api_registry {
 	pthread_mutex_t lock;
 	struct api_session **v; /* live sessions */
@@ -742,10 +744,13 @@ int api_session_delete(struct api_session *s, bool idle, struct api_error *err)
 	/* a save that started before "deleted" was set finishes before the directory goes */
 	pthread_mutex_lock(&save_lock);
 	pthread_mutex_unlock(&save_lock);
-	/* view_fd stays open until the last reference goes: other threads may still use it */
+	/* no run and no operation (uploads included) is left, and none can start: nobody uses view_fd */
+	s->view_fd = safe_close(s->view_fd);
 	r = api_umount_view(s->view);
 	if (r < 0)
 		log_warning_errno(r, "cannot unmount '%s', removing the session anyway", s->view);
+	/* draftfs writes its state dir (work/draftfs) until it exits: let it finish first */
+	wait_draftfs_gone(srv, s->view);
 	/* rename first: a crash in the middle of the removal leaves a dir the next start finishes */
 	{
 		char doomed[64];
@@ -1129,6 +1134,26 @@ static void kill_orphan_processes(struct api_server *srv)
 			}
 		}
 	}
+}
+
+/* Waits (up to 10 s) until no draftfs serves @view any more. */
+static void wait_draftfs_gone(struct api_server *srv, const char *view)
+{
+	for (int i = 0; i < 200; i++) {
+		_cleanup_closedir_ DIR *d = opendir("/proc");
+		struct dirent *de;
+		bool found = false;
+
+		if (!d)
+			return;
+		while ((de = readdir(d)) && !found)
+			if (de->d_name[0] >= '1' && de->d_name[0] <= '9' && proc_matches(de->d_name, "draftfs", view))
+				found = true;
+		if (!found)
+			return;
+		usleep(50 * 1000);
+	}
+	log_warning("draftfs for '%s' is still running after the unmount", view);
 }
 
 /* A session whose removal a crash interrupted: unmount what is left and finish it. */
