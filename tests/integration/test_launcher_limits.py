@@ -107,13 +107,13 @@ def test_tmp_is_private_and_sized(box):
 def test_uid_pool_exhaustion_is_a_clear_error(box):
     rt = os.path.join(box.dir, "rt")
     holder = subprocess.Popen([RUN, "--workspace", box.ws, "--mode", "ro", "--runtime-dir", rt,
-                               "--uid-pool", "10990-10990", "--", "sh", "-c", "echo up; exec sleep 30"],
+                               "--uid-pool", "30990-30990", "--", "sh", "-c", "echo up; exec sleep 30"],
                               stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
     try:
         assert holder.stdout.readline() == b"up\n"
         start = time.time()
         p = subprocess.run([RUN, "--workspace", box.ws, "--mode", "ro", "--runtime-dir", rt,
-                            "--uid-pool", "10990-10990", "--uid-wait", "0.5", "--", "true"],
+                            "--uid-pool", "30990-30990", "--uid-wait", "0.5", "--", "true"],
                            capture_output=True, stdin=subprocess.DEVNULL, timeout=30)
         assert p.returncode == 125 and b"exhausted" in p.stderr, p
         assert time.time() - start < 10
@@ -121,9 +121,9 @@ def test_uid_pool_exhaustion_is_a_clear_error(box):
         holder.send_signal(signal.SIGTERM)
         holder.wait(timeout=30)
     p = subprocess.run([RUN, "--workspace", box.ws, "--mode", "ro", "--runtime-dir", rt,
-                        "--uid-pool", "10990-10990", "--", "id", "-u"], capture_output=True,
+                        "--uid-pool", "30990-30990", "--", "id", "-u"], capture_output=True,
                        stdin=subprocess.DEVNULL)
-    assert p.returncode == 0 and p.stdout == b"10990\n", p
+    assert p.returncode == 0 and p.stdout == b"30990\n", p
 
 
 def _cgroup_dir(pid, controller):
