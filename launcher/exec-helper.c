@@ -243,6 +243,13 @@ int main(int argc, char **argv)
 
 	if (pipe2(errpipe, O_CLOEXEC) < 0)
 		fail("cannot create a pipe", EXIT_SETUP);
+	/*
+	 * The command and its children share our uid: keep them out of our fds
+	 * (the status pipe) and memory. Before the fork, so there is no window;
+	 * the child becomes dumpable again when it execs.
+	 */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		fail("cannot make the helper non-dumpable", EXIT_SETUP);
 	pid = fork();
 	if (pid < 0)
 		fail("cannot fork", EXIT_SETUP);
@@ -270,8 +277,6 @@ child_fail:
 		_exit(127);
 	}
 	close(errpipe[1]);
-	/* the command and its children share our uid: keep them out of our fds and memory */
-	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	signal(SIGINT, SIG_IGN);
 	signal(SIGTERM, SIG_IGN);
 	signal(SIGHUP, SIG_IGN);

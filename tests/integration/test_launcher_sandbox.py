@@ -250,3 +250,11 @@ def test_stdin_is_dev_null_unless_given(box):
     assert r.stdout == b"from-file\n", r
     r = box.run(["cat"], "--stdin-fd", "0", mode="ro", input_bytes=b"piped\n")
     assert r.stdout == b"piped\n", r
+
+
+def test_helper_fds_are_out_of_reach(box):
+    # the exec helper (the command's parent, same uid) holds the status pipe
+    r = box.run(["sh", "-c", "ls /proc/$PPID/fd && echo LISTED; cat /proc/$PPID/environ && echo READ; true"],
+                mode="ro")
+    assert b"LISTED" not in r.stdout and b"READ" not in r.stdout, r
+    assert r.json["exit_code"] == 0
