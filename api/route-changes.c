@@ -237,6 +237,8 @@ enum MHD_Result api_handle_commit(struct api_request *req)
 	if (r < 0)
 		return reply_ctl_error(req, r, error, "commit");
 	api_metric_inc(req->srv->metrics.commits);
+	if (!result && !(result = cJSON_CreateObject()))
+		return MHD_NO;
 	ret = api_reply_json(req, 200, result);
 	return ret;
 }
@@ -268,6 +270,8 @@ enum MHD_Result api_handle_discard(struct api_request *req)
 	if (r < 0)
 		return reply_ctl_error(req, r, error, "discard");
 	api_metric_inc(req->srv->metrics.discards);
+	if (!result && !(result = cJSON_CreateObject()))
+		return MHD_NO;
 	return api_reply_json(req, 200, result);
 }
 
