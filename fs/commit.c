@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,24 +260,35 @@ static int check_refusals(struct commit *cm, cJSON **list)
 	return 0;
 }
 
-/* A selected change inside an unselected directory that replaced a non-directory cannot be committed alone. */
+/*
+ * A selected path below an unselected directory that replaced a
+ * non-directory cannot be committed alone (the target has a file there).
+ * Only the ancestors of the selected paths can be such a directory.
+ */
 static int check_selection_shape(struct commit *cm, cJSON **list)
 {
-	const struct ovl_changes *c = cm->changes;
+	for (size_t i = 0; i < cm->sel->n; i++) {
+		_cleanup_free_ char *copy = strdup(cm->sel->v[i]);
+		char *slash;
 
-	if (cm->sel->n == 0)
-		return 0;
-	for (size_t i = 0; i < c->n; i++)
-		for (size_t j = 0; j < i; j++) {
-			const struct ovl_change *a = &c->v[j];
+		if (!copy)
+			return -ENOMEM;
+		for (slash = strchr(copy, '/'); slash; slash = strchr(slash + 1, '/')) {
+			struct stat st;
+			int layer;
 
-			if (a->status == OVL_TYPE_CHANGED && a->new_type == OVL_FT_DIR &&
-			    ovl_path_has_prefix(c->v[i].path, a->path) && strcmp(c->v[i].path, a->path) != 0 &&
-			    ovl_sel_match(cm->sel, a->path) != OVL_SEL_INSIDE) {
-				add_detail(list, c->v[i].path, "inside a directory that replaced a file; select the directory");
+			*slash = '\0';
+			if (ovl_lower_lookup_path(cm->env->layers, copy, &st, &layer, NULL) > 0 && !S_ISDIR(st.st_mode)) {
+				char why[PATH_MAX + 64];
+
+				snprintf(why, sizeof(why), "inside '%s', a directory that replaced a file; select '%s'", copy,
+				         copy);
+				add_detail(list, cm->sel->v[i], why);
 				break;
 			}
+			*slash = '/';
 		}
+	}
 	return 0;
 }
 

@@ -150,3 +150,49 @@ def test_random_session(seed):
             assert all(c["status"] == "deleted" and c.get("old") for c in left.values()), left
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("seed", range(100, 100 + int(os.environ.get("CTL_RANDOM_SEEDS", "6"))))
+def test_random_selected_commits_and_crashes(seed):
+    """Commits of random selections keep the view; a commit killed at a random
+    step is finished by recover (odd seeds); discarding a random path makes
+    the view there the lower one (even seeds)."""
+    rng = random.Random(seed)
+    s = Session(n_lower=1)
+    try:
+        rand_tree(rng, s.lower)
+        s.change(lambda m: random_edits(rng, m, 30))
+        want = s.view()
+        lower0 = snapshot(s.lower)
+        changes = sorted(s.changes())
+        if not changes:
+            return
+        if seed % 2 == 0:
+            victim = rng.choice(changes)
+            p = s.run("discard", victim, check=False)
+            assert p.returncode in (0, 2), p.stderr
+            if p.returncode == 2:
+                assert "instead" in p.stderr
+                return
+            view = s.view()
+            for k in set(view) | set(lower0) | set(want):
+                if k == victim or k.startswith(victim + "/"):
+                    assert view.get(k) == lower0.get(k), (seed, victim, k)
+                else:
+                    assert view.get(k) == want.get(k), (seed, victim, k)
+            assert victim not in s.changes()
+            return
+        sel = rng.sample(changes, max(1, len(changes) // 3))
+        p = s.run("commit", *sel, check=False)
+        assert p.returncode in (0, 2), p.stderr
+        assert s.view() == want, "selected commit changed the view, seed %d" % seed
+        assert s.run("commit", "--dry-run", env={"DRAFTFS_FAULT": "count"}).stderr.count("draftfs-fault") == 0
+        n = rng.randint(1, 40)
+        p = s.run("commit", env={"DRAFTFS_FAULT": "exit:%d" % n}, check=False)
+        assert p.returncode in (0, 99), p.stderr
+        s.run("recover")
+        assert s.view() == want, "seed %d step %d" % (seed, n)
+        assert snapshot(s.lower) == want
+        assert s.changes() == {}
+    finally:
+        s.close()
