@@ -254,7 +254,8 @@ static int mount_draftfs(struct api_session *s, struct api_error *err)
 	    asprintf(&log_path, "%s/draftfs.log", s->dir) < 0)
 		return -ENOMEM;
 	if (s->mode == API_WS_RO) {
-		if (asprintf(&opts, "lowerdir=%s,ro", s->workspace) < 0)
+		if (asprintf(&opts, "lowerdir=%s,ro,uidmapping=%u:%u:1,gidmapping=%u:%u:1", s->workspace,
+			     (unsigned)s->owner_uid, (unsigned)s->pool_uid, (unsigned)s->owner_gid, (unsigned)s->pool_gid) < 0)
 			return -ENOMEM;
 	} else {
 		if (cfg->quota_bytes && cfg->quota_inodes)
