@@ -66,7 +66,7 @@ def main():
     final = prefix + [last]
     print("reduced ops:")
     for op in final:
-        print("  " + td.op_repr(op))
+        print("  " + repr(op))
     print(attempt(final))
     return 0
 
