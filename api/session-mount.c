@@ -254,8 +254,10 @@ static int mount_draftfs(struct api_session *s, struct api_error *err)
 	    asprintf(&log_path, "%s/draftfs.log", s->dir) < 0)
 		return -ENOMEM;
 	if (s->mode == API_WS_RO) {
-		if (asprintf(&opts, "lowerdir=%s,ro,uidmapping=%u:%u:1,gidmapping=%u:%u:1", s->workspace,
-			     (unsigned)s->owner_uid, (unsigned)s->pool_uid, (unsigned)s->owner_gid, (unsigned)s->pool_gid) < 0)
+		/* a read-only mount (its upper stays empty) */
+		if (asprintf(&opts, "lowerdir=%s,upperdir=%s,workdir=%s,ro,uidmapping=%u:%u:1,gidmapping=%u:%u:1",
+			     s->workspace, upper, work, (unsigned)s->owner_uid, (unsigned)s->pool_uid,
+			     (unsigned)s->owner_gid, (unsigned)s->pool_gid) < 0)
 			return -ENOMEM;
 	} else {
 		if (cfg->quota_bytes && cfg->quota_inodes)
@@ -328,7 +330,7 @@ static int mount_view_gated(struct api_session *s, struct api_error *err)
 	if (s->mode == API_WS_OVERLAY)
 		return mount_draftfs(s, err);
 	if (s->mode == API_WS_RO && !api_idmap_supported())
-		return mount_draftfs(s, err); /* a lower-only draftfs is read-only and maps ids too */
+		return mount_draftfs(s, err); /* a read-only draftfs maps ids too */
 	r = idmapped_bind(s->workspace, s->view, s->mode == API_WS_RO, s->owner_uid, s->owner_gid, s->pool_uid,
 			  s->pool_gid);
 	if (r < 0)
