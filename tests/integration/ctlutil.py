@@ -116,6 +116,19 @@ class Session:
             umount(self.view_mnt)
             self.mounted.remove(self.view_mnt)
 
+    def lower_view(self):
+        """Snapshot of the lower view (all lower layers merged, no upper)."""
+        if len(self.lowers) == 1:
+            return snapshot(self.lower)
+        opts = "ro,lowerdir=%s" % ":".join(self.lowers)
+        subprocess.run(["mount", "-t", "overlay", "overlay", "-o", opts, self.view_mnt], check=True)
+        self.mounted.append(self.view_mnt)
+        try:
+            return snapshot(self.view_mnt)
+        finally:
+            umount(self.view_mnt)
+            self.mounted.remove(self.view_mnt)
+
     # --- running draftfs ---
     def args(self):
         return ["--lowerdir", ":".join(self.lowers), "--upperdir", self.upper, "--workdir", self.work]
