@@ -59,6 +59,7 @@ static const struct opt_def opt_defs[] = {
 	O("allow-writable", OPT_STRV, allowed_writable, "prefix allowed in extra_writable (repeatable)"),
 	O("allow-bind", OPT_STRV, allowed_binds, "prefix allowed as a bind source (repeatable)"),
 	O("allow-root-owner", OPT_BOOL, allow_root_owner, "allow rw workspaces owned by root (default false)"),
+	O("idmap", OPT_BOOL, idmap, "idmapped mounts for rw/ro sessions (default true; ro falls back to a read-only draftfs)"),
 	O("draftfs", OPT_STRING, draftfs, "draftfs binary (default: next to draftboxd, then PATH)"),
 	O("launcher", OPT_STRING, launcher, "draftbox-run binary (default: next to draftboxd, then PATH)"),
 	O("uid-pool-base", OPT_UID, uid_pool_base, "first sandbox uid (default 10000)"),
@@ -86,6 +87,7 @@ int api_config_init(struct api_config *c)
 		.uid_pool_base = API_DEFAULT_UID_POOL_BASE,
 		.uid_pool_size = API_DEFAULT_UID_POOL_SIZE,
 		.log_structured = true,
+		.idmap = true,
 	};
 	c->listen_address = strdup("127.0.0.1");
 	c->state_dir = strdup("/var/lib/draftbox");

@@ -79,7 +79,7 @@ void api_probe(struct api_server *srv)
 	c->draftfs_ok = srv->cfg->draftfs && access(srv->cfg->draftfs, X_OK) == 0 && fd >= 0;
 	if (!c->draftfs_ok)
 		c->message = strdup(srv->cfg->draftfs ? "draftfs cannot run here (/dev/fuse or the binary)" : "draftfs is not installed");
-	c->idmap_rw = api_idmap_supported();
+	c->idmap_rw = srv->cfg->idmap && api_idmap_supported();
 
 	if (!srv->cfg->launcher) {
 		free(c->message);

@@ -329,8 +329,13 @@ static int mount_view_gated(struct api_session *s, struct api_error *err)
 
 	if (s->mode == API_WS_OVERLAY)
 		return mount_draftfs(s, err);
-	if (s->mode == API_WS_RO && !api_idmap_supported())
-		return mount_draftfs(s, err); /* a read-only draftfs maps ids too */
+	if (!s->srv->cfg->idmap || !api_idmap_supported()) {
+		if (s->mode == API_WS_RO)
+			return mount_draftfs(s, err); /* a read-only draftfs maps ids too */
+		return api_error_set(err, -EOPNOTSUPP, 400, API_E_NOT_SUPPORTED,
+				     "rw sessions need idmapped mounts, which are %s",
+				     s->srv->cfg->idmap ? "not available on this host" : "disabled (--idmap=false)");
+	}
 	r = idmapped_bind(s->workspace, s->view, s->mode == API_WS_RO, s->owner_uid, s->owner_gid, s->pool_uid,
 			  s->pool_gid);
 	if (r < 0)

@@ -94,3 +94,22 @@ def test_unix_socket(env):
     assert conn.getresponse().status == 403
     conn.close()
     srv.stop()
+
+
+def test_ro_without_idmapped_mounts(env):
+    srv = env.server(["--idmap=false"])
+    c = srv.client()
+    ws = env.workspace()
+    r = c.create(ws, mode="rw", expect=400)
+    assert r.json()["code"] == "NOT_SUPPORTED"
+    sid = c.create(ws, mode="ro")
+    status, frames = c.run(sid, "stat -c '%u' a.txt; cat a.txt; echo x >> a.txt")
+    texts = [f.get("text", "") for f in frames]
+    assert "hello" in texts and any("Read-only" in t for t in texts), texts
+    uid = c.get(sid).json()["sandbox_uid"]
+    assert str(uid) in texts, "the read-only draftfs maps the owner to the sandbox uid"
+    with open(os.path.join(ws, "a.txt")) as f:
+        assert f.read() == "hello\n"
+    c.delete(sid)
+    assert mounts_under(srv.state) == []
+    srv.stop()
