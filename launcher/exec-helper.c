@@ -32,9 +32,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
-#include <linux/capability.h>
-#include <linux/close_range.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +45,25 @@
 #include <unistd.h>
 
 #define EXIT_SETUP 125
+
+/*
+ * Kernel ABI bits, spelled out so the helper also builds against musl
+ * (which ships no kernel headers): capset/capget v3, close_range.
+ */
+struct cap_header {
+	uint32_t version;
+	int pid;
+};
+struct cap_data {
+	uint32_t effective, permitted, inheritable;
+};
+#define CAP_VERSION_3 0x20080522
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
 
 #define RETRY(expr)                                   \
 	({                                            \
@@ -113,8 +131,8 @@ static int cap_last(void)
 
 static void drop(uid_t uid, gid_t gid)
 {
-	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
-	struct __user_cap_data_struct data[2] = {};
+	struct cap_header hdr = { .version = CAP_VERSION_3, .pid = 0 };
+	struct cap_data data[2] = {};
 	int last = cap_last();
 
 	if (setgroups(0, NULL) < 0)
@@ -157,8 +175,8 @@ static void make_home(const char *root, uid_t uid, gid_t gid)
 
 static void verify(uid_t uid, gid_t gid)
 {
-	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
-	struct __user_cap_data_struct data[2] = {};
+	struct cap_header hdr = { .version = CAP_VERSION_3, .pid = 0 };
+	struct cap_data data[2] = {};
 	uid_t r, e, s;
 	gid_t rg, eg, sg;
 	char map[128] = {};
