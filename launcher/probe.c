@@ -233,6 +233,16 @@ int launch_probe(const struct launch_config *c)
 	if (!missing && !verified)
 		launch_strv_push(&missing, "privilege-drop");
 
+	j = cJSON_AddObjectToObject(o, "uid_pool");
+	snprintf(buf, sizeof(buf), "%u-%u", (unsigned)c->pool_lo, (unsigned)c->pool_hi);
+	cJSON_AddStringToObject(j, "range", buf);
+	{
+		_cleanup_free_ char *dir = NULL;
+
+		if (asprintf(&dir, "%s/uids", c->runtime_dir) >= 0)
+			cJSON_AddStringToObject(j, "dir", dir);
+	}
+	cJSON_AddStringToObject(o, "profile", c->profile == LAUNCH_PROFILE_BALANCED ? "balanced" : "strict");
 	cJSON_AddStringToObject(o, "isolation", missing ? "unavailable" : "full");
 	arr = cJSON_AddArrayToObject(o, "missing");
 	for (char **m = missing; m && *m; m++)
