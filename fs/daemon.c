@@ -216,6 +216,13 @@ static int setup_layers(struct ovl_fs *fs)
 	if (flock(fs->lock_fd, LOCK_EX | LOCK_NB) < 0)
 		return log_error_errno(errno == EWOULDBLOCK ? -EBUSY : -errno,
 				       "workdir '%s' is in use by another draftfs", o->workdir);
+	/* One mount per upperdir, whatever its workdir: a lock on the directory itself (nothing shows in the view). */
+	fs->upper_lock_fd = fd_reopen(fs->upper_fd, O_RDONLY | O_DIRECTORY);
+	if (fs->upper_lock_fd < 0)
+		return log_error_errno(fs->upper_lock_fd, "cannot open upperdir '%s'", o->upperdir);
+	if (flock(fs->upper_lock_fd, LOCK_EX | LOCK_NB) < 0)
+		return log_error_errno(errno == EWOULDBLOCK ? -EBUSY : -errno,
+				       "upperdir '%s' is in use by another draftfs", o->upperdir);
 	r = check_workdir_contents(fs->work_fd, o->workdir);
 	if (r < 0)
 		return r;
@@ -322,6 +329,7 @@ static void fs_free(struct ovl_fs *fs)
 	safe_close(fs->workwork_fd);
 	safe_close(fs->state_fd);
 	safe_close(fs->lock_fd);
+	safe_close(fs->upper_lock_fd);
 	free(fs->ctl_sock_path);
 	free(fs);
 }
@@ -361,6 +369,7 @@ int ovl_daemon_main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_loop_config *cfg = NULL;
 	pthread_rwlockattr_t rwa;
+	sigset_t block, oldmask;
 	pthread_mutexattr_t ma;
 	char err[512] = "";
 	char real_mnt[PATH_MAX];
@@ -386,7 +395,7 @@ int ovl_daemon_main(int argc, char **argv)
 	}
 	ovl_fs = fs;
 	fs->opt = &opt;
-	fs->upper_fd = fs->work_fd = fs->workwork_fd = fs->state_fd = fs->lock_fd = -1;
+	fs->upper_fd = fs->work_fd = fs->workwork_fd = fs->state_fd = fs->lock_fd = fs->upper_lock_fd = -1;
 	fs->root.upper_fd = fs->root.lower_fd = -1;
 	fs->timeout = opt.timeout;
 	pthread_mutexattr_init(&ma);
@@ -485,12 +494,24 @@ int ovl_daemon_main(int argc, char **argv)
 		(void)setsid();
 	}
 
+	/*
+	 * Our helper threads must not take SIGTERM/SIGINT/SIGHUP: libfuse's
+	 * handler only flags the session, and only a FUSE worker or the loop's
+	 * main thread waking up with EINTR ends the loop.
+	 */
+	sigemptyset(&block);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &block, &oldmask);
 	r = ovl_whiteout_pool_start(fs);
 	if (r < 0) {
+		pthread_sigmask(SIG_SETMASK, &oldmask, NULL);
 		log_error_errno(r, "cannot start the whiteout pool thread");
 		goto out;
 	}
 	r = ovl_control_start(&fs->layers, &fs->live, &fs->ctl);
+	pthread_sigmask(SIG_SETMASK, &oldmask, NULL);
 	if (r < 0) {
 		log_error_errno(r, "cannot start the control server in '%s'", fs->ctl_sock_path);
 		goto out;

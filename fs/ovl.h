@@ -153,7 +153,7 @@ struct ovl_stack {
 
 struct ovl_fs {
 	struct ovl_options *opt;
-	int upper_fd, work_fd, workwork_fd, state_fd, lock_fd;
+	int upper_fd, work_fd, workwork_fd, state_fd, lock_fd, upper_lock_fd;
 	int lower_fds[OVL_MAX_LOWER];
 	dev_t lower_devs[OVL_MAX_LOWER];
 	dev_t upper_dev;
