@@ -97,3 +97,32 @@ def test_probe_refuses_without_bwrap():
     j = json.loads(p.stdout)
     assert j["isolation"] == "unavailable" and "bwrap" in j["missing"]
     assert b"not available" in p.stderr
+
+
+def test_bwrap_setup_error_is_reported_once(box):
+    p = run_raw("--workspace", box.ws, "--mode", "ro", "--allow", "/etc", "--expose", "/etc/hostname:/usr/no/such",
+                "--", "true")
+    assert p.returncode == 125, p
+    lines = p.stderr.decode().strip().splitlines()
+    assert lines == [lines[0]] and "bwrap failed to set up the sandbox: bwrap: Can't mkdir" in lines[0], p.stderr
+
+
+def test_setup_race_with_a_host_unmount_is_retried(box):
+    # a bwrap that fails like a racing unmount the first time, then works
+    count = os.path.join(box.dir, "count")
+    fake = os.path.join(box.dir, "fake-bwrap")
+    with open(fake, "w") as f:
+        f.write(f"""#!/bin/sh
+n=$(cat {count} 2>/dev/null || echo 0)
+echo $((n+1)) > {count}
+if [ "$n" -lt 2 ]; then
+  echo 'bwrap: Can'"'"'t bind mount /oldroot/ on /newroot/: Unable to apply mount flags: remount "/x/view": No such file or directory' >&2
+  exit 1
+fi
+exec /usr/bin/bwrap "$@"
+""")
+    os.chmod(fake, 0o755)
+    r = box.run(["echo", "ran"], "--bwrap", fake, mode="ro")
+    assert r.rc == 0 and r.stdout == b"ran\n", r
+    assert open(count).read().strip() == "3"
+    assert b"Unable to apply" not in r.stderr, r
