@@ -151,7 +151,43 @@ static bool ts_not_before(struct timespec a, struct timespec b)
 	return a.tv_sec > b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec >= b.tv_nsec);
 }
 
-/* Conflicts: the workspace changed under a path since the session shadowed it. */
+/* The lower entry of a change left the view in the session (deleted, or replaced by another type). */
+static bool old_goes(const struct ovl_change *e)
+{
+	return e->old_type != OVL_FT_NONE && (e->status == OVL_DELETED || e->status == OVL_TYPE_CHANGED);
+}
+
+/*
+ * The change whose old (lower) entry is the inode the origin record @o
+ * names and which left the view: the source of a rename in the session
+ * (the core copies the source and leaves a whiteout). NULL if none.
+ */
+static const struct ovl_change *rename_source(const struct ovl_changes *c, const struct origin *o)
+{
+	for (size_t i = 0; i < c->n; i++)
+		if (old_goes(&c->v[i]) && (unsigned long long)c->v[i].old.dev == o->dev &&
+		    (unsigned long long)c->v[i].old.ino == o->ino)
+			return &c->v[i];
+	return NULL;
+}
+
+static bool origin_matches(const struct origin *o, const struct ovl_change *e)
+{
+	if (o->layer != e->old_layer || o->dev != (unsigned long long)e->old.dev || o->ino != (unsigned long long)e->old.ino)
+		return false;
+	if (e->old_type == OVL_FT_DIR)
+		return true; /* a dir's times move with its entries */
+	return o->size == (long long)e->old.size && o->mtime_s == (long long)e->old.mtime.tv_sec &&
+	       o->mtime_ns == e->old.mtime.tv_nsec && o->ctime_s == (long long)e->old.ctime.tv_sec &&
+	       o->ctime_ns == e->old.ctime.tv_nsec;
+}
+
+/*
+ * Conflicts: the workspace changed under a path since the session shadowed
+ * it. The origin record names the lower inode the upper entry was copied
+ * from; when that inode is the source of a rename in the session (another
+ * path, deleted in the session), the check applies to that source.
+ */
 static void check_conflicts(struct commit *cm, cJSON **list)
 {
 	const struct ovl_changes *c = cm->changes;
@@ -167,24 +203,27 @@ static void check_conflicts(struct commit *cm, cJSON **list)
 			continue;
 		}
 		if (e->own_upper && e->has_origin) {
+			const struct ovl_change *src;
+
 			if (origin_parse(e->origin, &o) < 0) {
 				add_detail(list, e->path, "unreadable origin record");
 				continue;
 			}
-			if (e->old_type == OVL_FT_NONE) {
-				add_detail(list, e->path, "deleted in the workspace since the session changed it");
+			if (e->old_type != OVL_FT_NONE && origin_matches(&o, e))
+				continue;
+			src = rename_source(c, &o);
+			if (src && src != e) {
+				/* moved here in the session: did the source change on the host since? */
+				if (!origin_matches(&o, src))
+					add_detail(list, e->path, "moved in the session from a path changed in the workspace since");
 				continue;
 			}
-			if (o.layer != e->old_layer || o.dev != (unsigned long long)e->old.dev ||
-			    o.ino != (unsigned long long)e->old.ino ||
-			    (e->old_type != OVL_FT_DIR &&
-			     (o.size != (long long)e->old.size || o.mtime_s != (long long)e->old.mtime.tv_sec ||
-			      o.mtime_ns != e->old.mtime.tv_nsec || o.ctime_s != (long long)e->old.ctime.tv_sec ||
-			      o.ctime_ns != e->old.ctime.tv_nsec))) {
+			if (e->old_type == OVL_FT_NONE)
+				add_detail(list, e->path, "deleted in the workspace since the session changed it");
+			else
 				add_detail(list, e->path,
 				           e->status == OVL_DELETED ? "deleted in the session but changed in the workspace"
 				                                    : "changed in the workspace since the session shadowed it");
-			}
 			continue;
 		}
 		if (!e->own_upper && e->status == OVL_DELETED) {

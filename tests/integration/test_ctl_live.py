@@ -345,3 +345,40 @@ def test_live_conflict_from_core_origin(live):
     m.run("commit", "--force")
     assert open(os.path.join(s.lower, "README")).read() == "readme\nsession\n"
     assert not os.path.exists(os.path.join(s.lower, "old"))
+
+
+@pytest.mark.parametrize("seed", range(int(os.environ.get("CTL_RANDOM_SEEDS", "3"))))
+def test_live_random_edits(live, seed):
+    """Random edits through draftfs itself (its own copy-up, rename and
+    whiteout handling), then: the tar and the patch reproduce the view on a
+    copy of lower, and a commit leaves the view as it was and lower equal
+    to it."""
+    import random
+    import shutil
+    from ctlutil import files_only, oci_apply
+    from test_ctl_random import rand_tree, random_edits
+    rng = random.Random(1000 + seed)
+    s, start = live
+    rand_tree(rng, s.lower)
+    m = start()
+    random_edits(rng, m.mnt, 30)
+    want = snapshot(m.mnt)
+    tf = os.path.join(s.root, "layer.tar")
+    with open(tf, "wb") as f:
+        f.write(m.run("diff", "--format", "tar", binary=True).stdout)
+    applied = os.path.join(s.root, "applied")
+    shutil.copytree(s.lower, applied, symlinks=True)
+    oci_apply(tf, applied)
+    assert snapshot(applied) == want
+    pf = os.path.join(s.root, "p.diff")
+    with open(pf, "wb") as f:
+        f.write(m.run("diff", "--format", "patch", binary=True).stdout)
+    gitdir = os.path.join(s.root, "git")
+    shutil.copytree(s.lower, gitdir, symlinks=True)
+    r = subprocess.run(["git", "apply", "--binary", pf], cwd=gitdir, capture_output=True)
+    assert r.returncode == 0, r.stderr
+    assert files_only(snapshot(gitdir), git_modes=True) == files_only(want, git_modes=True)
+    m.run("commit")
+    assert snapshot(m.mnt) == want
+    assert snapshot(s.lower) == want
+    assert m.changes() == {}
