@@ -64,6 +64,7 @@ struct commit {
 	const struct ovl_sel *sel;
 	const struct ovl_commit_opts *opts;
 	struct ovl_changes *changes;
+	struct ovl_changes *all_changes; /* the unselected change list, computed when needed */
 	int target_fd; /* lower_fds[0] */
 	struct stat target_root;
 	/* cache of the last target directory reached */
@@ -151,21 +152,16 @@ static bool ts_not_before(struct timespec a, struct timespec b)
 	return a.tv_sec > b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec >= b.tv_nsec);
 }
 
-/* The lower entry of a change left the view in the session (deleted, or replaced by another type). */
-static bool old_goes(const struct ovl_change *e)
-{
-	return e->old_type != OVL_FT_NONE && (e->status == OVL_DELETED || e->status == OVL_TYPE_CHANGED);
-}
-
 /*
  * The change whose old (lower) entry is the inode the origin record @o
- * names and which left the view: the source of a rename in the session
- * (the core copies the source and leaves a whiteout). NULL if none.
+ * names, at another path: the source of a move in the session (the core
+ * copies the source up, then renames it and leaves a whiteout) or of a
+ * hard link made in the session. NULL if none.
  */
 static const struct ovl_change *rename_source(const struct ovl_changes *c, const struct origin *o)
 {
 	for (size_t i = 0; i < c->n; i++)
-		if (old_goes(&c->v[i]) && (unsigned long long)c->v[i].old.dev == o->dev &&
+		if (c->v[i].old_type != OVL_FT_NONE && (unsigned long long)c->v[i].old.dev == o->dev &&
 		    (unsigned long long)c->v[i].old.ino == o->ino)
 			return &c->v[i];
 	return NULL;
@@ -212,7 +208,17 @@ static void check_conflicts(struct commit *cm, cJSON **list)
 			if (e->old_type != OVL_FT_NONE && origin_matches(&o, e))
 				continue;
 			src = rename_source(c, &o);
-			if (src && src != e) {
+			if (!src && cm->sel->n > 0) {
+				/* the source may lie outside the selection: look in the whole session once */
+				if (!cm->all_changes) {
+					struct ovl_sel all = { 0 };
+
+					(void)ovl_diff_compute(cm->env->layers, &all, 0, &cm->all_changes);
+				}
+				if (cm->all_changes)
+					src = rename_source(cm->all_changes, &o);
+			}
+			if (src && src != e && strcmp(src->path, e->path) != 0) {
 				/* moved here in the session: did the source change on the host since? */
 				if (!origin_matches(&o, src))
 					add_detail(list, e->path, "moved in the session from a path changed in the workspace since");
@@ -1150,6 +1156,7 @@ out:
 	kept = cm.kept;
 	remap_done(&cm);
 	held_done(&cm);
+	ovl_changes_free(cm.all_changes);
 	free(cm.udir_path);
 	safe_close(cm.udir_fd);
 	free(cm.dir_path);

@@ -382,3 +382,38 @@ def test_live_random_edits(live, seed):
     assert snapshot(m.mnt) == want
     assert snapshot(s.lower) == want
     assert m.changes() == {}
+
+
+def test_live_rename_conflicts(live):
+    """A file moved in the session carries its source's identity: the move
+    commits cleanly, unless the source changed on the host since."""
+    s, start = live
+    populate(s.lower)
+    m = start()
+    os.rename(os.path.join(m.mnt, "README"), os.path.join(m.mnt, "README.md"))
+    os.rename(os.path.join(m.mnt, "src/a.c"), os.path.join(m.mnt, "src/b.c"))
+    with open(os.path.join(s.lower, "src/a.c"), "a") as f:
+        f.write("host edit\n")
+    p = m.run("commit", check=False)
+    assert p.returncode == 3 and "src/b.c" in p.stderr and "README.md" not in p.stderr
+    m.run("commit", "README.md")  # the source need not be selected
+    assert os.path.exists(os.path.join(s.lower, "README"))
+    m.run("commit", "README")
+    assert open(os.path.join(s.lower, "README.md")).read() == "readme\n"
+    assert not os.path.exists(os.path.join(s.lower, "README"))
+    m.run("commit", "--force")
+    assert open(os.path.join(s.lower, "src/b.c")).read() == "int a;\n"
+    assert not os.path.exists(os.path.join(s.lower, "src/a.c"))
+
+
+def test_live_hardlink_in_session(live):
+    s, start = live
+    populate(s.lower)
+    m = start()
+    os.link(os.path.join(m.mnt, "README"), os.path.join(m.mnt, "README.link"))
+    with open(os.path.join(m.mnt, "README"), "a") as f:
+        f.write("both\n")
+    want = snapshot(m.mnt)
+    m.run("commit")
+    assert snapshot(m.mnt) == want
+    assert open(os.path.join(s.lower, "README.link")).read() == "readme\nboth\n"
