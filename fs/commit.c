@@ -152,19 +152,53 @@ static bool ts_not_before(struct timespec a, struct timespec b)
 	return a.tv_sec > b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec >= b.tv_nsec);
 }
 
+struct ino_key {
+	unsigned long long dev, ino;
+	const struct ovl_change *change;
+};
+
+static int cmp_ino_key(const void *a, const void *b)
+{
+	const struct ino_key *x = a, *y = b;
+
+	if (x->dev != y->dev)
+		return x->dev < y->dev ? -1 : 1;
+	if (x->ino != y->ino)
+		return x->ino < y->ino ? -1 : 1;
+	return 0;
+}
+
+/* An index of the old (lower) inodes of @c, sorted; NULL on ENOMEM or when empty. */
+static struct ino_key *ino_index(const struct ovl_changes *c, size_t *ret_n)
+{
+	struct ino_key *v = malloc(MAX(c->n, (size_t)1) * sizeof(*v));
+	size_t n = 0;
+
+	if (!v)
+		return NULL;
+	for (size_t i = 0; i < c->n; i++)
+		if (c->v[i].old_type != OVL_FT_NONE)
+			v[n++] = (struct ino_key){ (unsigned long long)c->v[i].old.dev,
+			                           (unsigned long long)c->v[i].old.ino, &c->v[i] };
+	qsort(v, n, sizeof(*v), cmp_ino_key);
+	*ret_n = n;
+	return v;
+}
+
 /*
  * The change whose old (lower) entry is the inode the origin record @o
  * names, at another path: the source of a move in the session (the core
  * copies the source up, then renames it and leaves a whiteout) or of a
- * hard link made in the session. NULL if none.
+ * hard link made in the session. NULL if none. @idx from ino_index().
  */
-static const struct ovl_change *rename_source(const struct ovl_changes *c, const struct origin *o)
+static const struct ovl_change *rename_source(const struct ino_key *idx, size_t n, const struct origin *o)
 {
-	for (size_t i = 0; i < c->n; i++)
-		if (c->v[i].old_type != OVL_FT_NONE && (unsigned long long)c->v[i].old.dev == o->dev &&
-		    (unsigned long long)c->v[i].old.ino == o->ino)
-			return &c->v[i];
-	return NULL;
+	struct ino_key key = { o->dev, o->ino, NULL }, *hit;
+
+	if (!idx)
+		return NULL;
+	hit = bsearch(&key, idx, n, sizeof(*idx), cmp_ino_key);
+	return hit ? hit->change : NULL;
 }
 
 static bool origin_matches(const struct origin *o, const struct ovl_change *e)
@@ -187,6 +221,8 @@ static bool origin_matches(const struct origin *o, const struct ovl_change *e)
 static void check_conflicts(struct commit *cm, cJSON **list)
 {
 	const struct ovl_changes *c = cm->changes;
+	_cleanup_free_ struct ino_key *sel_idx = NULL, *all_idx = NULL;
+	size_t n_sel_idx = 0, n_all_idx = 0;
 
 	for (size_t i = 0; i < c->n; i++) {
 		const struct ovl_change *e = &c->v[i];
@@ -207,16 +243,19 @@ static void check_conflicts(struct commit *cm, cJSON **list)
 			}
 			if (e->old_type != OVL_FT_NONE && origin_matches(&o, e))
 				continue;
-			src = rename_source(c, &o);
+			if (!sel_idx)
+				sel_idx = ino_index(c, &n_sel_idx);
+			src = rename_source(sel_idx, n_sel_idx, &o);
 			if (!src && cm->sel->n > 0) {
 				/* the source may lie outside the selection: look in the whole session once */
 				if (!cm->all_changes) {
 					struct ovl_sel all = { 0 };
 
 					(void)ovl_diff_compute(cm->env->layers, &all, 0, &cm->all_changes);
+					if (cm->all_changes)
+						all_idx = ino_index(cm->all_changes, &n_all_idx);
 				}
-				if (cm->all_changes)
-					src = rename_source(cm->all_changes, &o);
+				src = rename_source(all_idx, n_all_idx, &o);
 			}
 			if (src && src != e && strcmp(src->path, e->path) != 0) {
 				/* moved here in the session: did the source change on the host since? */
