@@ -557,13 +557,27 @@ int ovl_trash_move(int state_fd, int dir_fd, const char *name)
 	return 0;
 }
 
-/* Removes everything in the trash dir of @state_fd. Takes ownership of @state_fd. */
+/* Removes everything in the trash dir of @state_fd, and trash dirs a failed purge left. Takes ownership of @state_fd. */
 static void trash_purge_now(int state_fd)
 {
 	_cleanup_close_ int sfd = state_fd;
 	_cleanup_closedir_ DIR *d = NULL;
 	struct dirent *de;
 	int fd;
+
+	fd = openat(sfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		DIR *sd = fdopendir(fd);
+
+		if (!sd) {
+			safe_close(fd);
+		} else {
+			while ((de = readdir(sd)))
+				if (strncmp(de->d_name, TRASH_NAME ".purge.", strlen(TRASH_NAME ".purge.")) == 0)
+					(void)ovl_rm_rf_at(dirfd(sd), de->d_name, 0);
+			closedir(sd);
+		}
+	}
 
 	fd = openat(sfd, TRASH_NAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
