@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/mount.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -243,10 +244,10 @@ static int mount_draftfs(struct api_session *s, struct api_error *err)
 {
 	const struct api_config *cfg = s->srv->cfg;
 	_cleanup_free_ char *opts = NULL, *log_path = NULL, *upper = NULL, *work = NULL, *quota = NULL;
-	_cleanup_close_ int log_fd = -1;
+	_cleanup_close_ int log_fd = -1, pidfd = -1;
 	char msg[256];
-	int r, status;
 	pid_t pid;
+	int r;
 
 	if (!cfg->draftfs)
 		return api_error_set(err, -ENOENT, 503, API_E_UNAVAILABLE, "draftfs is not installed");
@@ -289,26 +290,31 @@ static int mount_draftfs(struct api_session *s, struct api_error *err)
 	if (log_fd < 0)
 		return api_error_set(err, -errno, 500, API_E_RUNTIME, "cannot create the draftfs log: %m");
 	{
-		const char *argv[] = { cfg->draftfs, "-o", opts, s->view, NULL };
+		/* in the foreground, detached from us: its stderr (and any sanitizer report) stays in draftfs.log */
+		const char *argv[] = { cfg->draftfs, "-f", "-o", opts, s->view, NULL };
 
-		r = api_spawn(argv, -1, log_fd, log_fd, false, &pid);
+		r = api_spawn_detached(argv, log_fd, &pid);
 		if (r < 0)
 			return api_error_set(err, r, 503, API_E_UNAVAILABLE, "cannot start draftfs: %s", strerror(-r));
 	}
-	r = api_wait_pid(pid, 30000, &status);
-	if (r < 0) {
-		kill(pid, SIGKILL);
-		api_wait_pid(pid, -1, &status);
-		return api_error_set(err, r, 500, API_E_RUNTIME, "draftfs did not finish mounting in time");
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	for (int waited = 0;; waited += 20) {
+		struct pollfd p = { .fd = pidfd, .events = POLLIN };
+
+		if (api_mount_info(s->view, NULL) > 0)
+			return 0;
+		if (pidfd >= 0 ? poll(&p, 1, 20) > 0 : kill(pid, 0) < 0) {
+			log_tail(log_path, msg, sizeof(msg));
+			return api_error_set(err, -EIO, 500, API_E_RUNTIME, "draftfs failed to mount: %s",
+					     msg[0] ? msg : "no message");
+		}
+		if (pidfd < 0)
+			usleep(20 * 1000);
+		if (waited >= 30000) {
+			kill(pid, SIGKILL);
+			return api_error_set(err, -ETIMEDOUT, 500, API_E_RUNTIME, "draftfs did not finish mounting in time");
+		}
 	}
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		log_tail(log_path, msg, sizeof(msg));
-		return api_error_set(err, -EIO, 500, API_E_RUNTIME, "draftfs failed to mount: %s", msg[0] ? msg : "no message");
-	}
-	r = api_mount_info(s->view, NULL);
-	if (r <= 0)
-		return api_error_set(err, -EIO, 500, API_E_RUNTIME, "draftfs exited but '%s' is not mounted", s->view);
-	return 0;
 }
 
 static int mount_view_gated(struct api_session *s, struct api_error *err);

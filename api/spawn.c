@@ -87,6 +87,62 @@ int api_spawn_full(const char *const *argv, int in_fd, int out_fd, int err_fd, i
 	return 0;
 }
 
+int api_spawn_detached(const char *const *argv, int log_fd, pid_t *ret_pid)
+{
+	int pipefd[2], status;
+	pid_t mid, pid = 0;
+	ssize_t n;
+
+	if (pipe2(pipefd, O_CLOEXEC) < 0)
+		return -errno;
+	mid = fork();
+	if (mid < 0) {
+		int e = errno;
+
+		close(pipefd[0]);
+		close(pipefd[1]);
+		return -e;
+	}
+	if (mid == 0) {
+		pid_t grandchild;
+
+		if (setsid() < 0)
+			_exit(1);
+		grandchild = fork();
+		if (grandchild < 0)
+			_exit(1);
+		if (grandchild > 0) {
+			(void)!write(pipefd[1], &grandchild, sizeof(grandchild));
+			_exit(0);
+		}
+		{
+			int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+			int lfd = fcntl(log_fd, F_DUPFD_CLOEXEC, 10);
+			sigset_t all;
+
+			sigemptyset(&all);
+			sigprocmask(SIG_SETMASK, &all, NULL);
+			signal(SIGPIPE, SIG_DFL);
+			if (null_fd < 0 || lfd < 0 || dup2(null_fd, 0) < 0 || dup2(lfd, 1) < 0 || dup2(lfd, 2) < 0)
+				_exit(127);
+			if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
+				for (int fd = 3; fd < 4096; fd++)
+					fcntl(fd, F_SETFD, FD_CLOEXEC);
+			execv(argv[0], (char *const *)argv);
+			_exit(127);
+		}
+	}
+	close(pipefd[1]);
+	n = RETRY_EINTR(read(pipefd[0], &pid, sizeof(pid)));
+	close(pipefd[0]);
+	while (waitpid(mid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (n != (ssize_t)sizeof(pid) || pid <= 0)
+		return -ECHILD;
+	*ret_pid = pid;
+	return 0;
+}
+
 int api_wait_pid(pid_t pid, int timeout_ms, int *ret_status)
 {
 	_cleanup_close_ int pfd = -1;

@@ -20,6 +20,13 @@ int api_spawn_full(const char *const *argv, int in_fd, int out_fd, int err_fd, i
 #define api_spawn(argv, in, out, err, sess, ret) api_spawn_full(argv, in, out, err, -1, sess, ret)
 
 /*
+ * Starts @argv as a daemon that is not our child (double fork, setsid): it
+ * outlives the server and never becomes our zombie. stdin is /dev/null,
+ * stdout/stderr go to @log_fd. Returns 0 and its pid in *ret_pid, or -errno.
+ */
+int api_spawn_detached(const char *const *argv, int log_fd, pid_t *ret_pid);
+
+/*
  * Waits for @pid up to @timeout_ms (-1: forever). Returns 0 and *ret_status,
  * -ETIMEDOUT, or -errno.
  */
