@@ -261,7 +261,9 @@ def main():
         for rep in range(reps):
             if rep and args.max_minutes:
                 per = (time.monotonic() - t_reps) / rep
-                if time.monotonic() - t_start + per > args.max_minutes * 60:
+                # what follows the repetitions: session figures and the memory walk (~3 min at scale 1)
+                tail = (0 if args.no_session else 120 * scale) + (0 if args.no_memory else 60 * scale)
+                if time.monotonic() - t_start + per + tail > args.max_minutes * 60:
                     log("stopping after %d repetitions: another one would pass --max-minutes %g"
                         % (rep, args.max_minutes))
                     res["reps_done"] = rep
