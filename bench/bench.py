@@ -13,12 +13,9 @@ the suite fail; a workload that fails or returns wrong results does
 import argparse
 import datetime
 import json
-import math
 import os
-import platform
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -144,11 +141,6 @@ class Suite:
             finally:
                 if impl.name == "plain" and (wl.mutates or not ok):
                     self.sync_plain()
-
-
-def geomean(xs):
-    xs = [x for x in xs if x and x > 0]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
 def main():

@@ -20,7 +20,6 @@ import statistics
 import subprocess
 import time
 
-import impls
 
 BWRAP = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--unshare-ipc",
          "--unshare-uts", "--unshare-net", "--new-session", "--die-with-parent", "true"]
