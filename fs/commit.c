@@ -93,7 +93,22 @@ struct commit {
 	char *held_path;
 	cJSON *kept;
 	cJSON *committed;
+	cJSON *refused;   /* xattr refusals found while staging */
+	char **created;   /* target dirs created while staging, for a rollback */
+	size_t n_created;
 };
+
+static void created_add(struct commit *cm, const char *path)
+{
+	char **v = realloc(cm->created, (cm->n_created + 1) * sizeof(char *));
+
+	if (!v)
+		return;
+	cm->created = v;
+	v[cm->n_created] = strdup(path);
+	if (v[cm->n_created])
+		cm->n_created++;
+}
 
 static int commit_error_paths(cJSON **ret_error, int r, const char *code, cJSON *details, const char *what)
 {
@@ -327,20 +342,8 @@ static int check_refusals(struct commit *cm, cJSON **list)
 			add_detail(list, e->path, "setuid/setgid bit");
 		if (!cm->opts->allow_special && e->new_type == OVL_FT_OTHER)
 			add_detail(list, e->path, "device node, FIFO or socket");
-		if (!cm->opts->allow_xattrs && e->new_type != OVL_FT_SYMLINK) {
-			_cleanup_strv_free_ char **x = NULL;
-			const char *name;
-			int pfd;
-
-			pfd = upper_parent(cm, e->path, &name);
-			if (pfd >= 0 && ovl_list_xattrs_at(pfd, name, &x) > 0)
-				for (char **s = x; *s; s++)
-					if (xattr_is_refused(*s)) {
-						add_detail(list, e->path, "security.* or trusted.* xattr");
-						break;
-					}
-		}
 	}
+	/* security.* and trusted.* xattrs are found while staging, where they are read anyway */
 	return 0;
 }
 
@@ -487,7 +490,9 @@ static int target_dir(struct commit *cm, const char *dir_in, bool create)
 			else if (ovl_lower_lookup_path(cm->env->layers, sofar, &st, &layer, NULL) > 0 &&
 			         S_ISDIR(st.st_mode))
 				m = (struct ovl_meta){ .mode = st.st_mode, .uid = st.st_uid, .gid = st.st_gid };
-			if (mkdirat(cur, p, 0700) < 0 && errno != EEXIST)
+			if (mkdirat(cur, p, 0700) == 0)
+				created_add(cm, sofar);
+			else if (errno != EEXIST)
 				return -errno;
 			fd = openat(cur, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			if (fd < 0)
@@ -538,33 +543,93 @@ static void tmp_name(char buf[64], const char *path)
 	snprintf(buf, 64, OVL_COMMIT_TMP_PREFIX "%016" PRIx64, fnv1a(path));
 }
 
-static int copy_xattrs(struct commit *cm, int upfd, const char *uname, int out_fd, const char *out_proc_path)
+/*
+ * Copies the xattrs of @in_fd (the upper entry of @path) to @out_fd, but
+ * for trusted.overlay.* and trusted.draftbox.*. A security.* or trusted.*
+ * one is not copied without allow_xattrs and the path is added to the
+ * refusals (the commit then fails before anything is applied). One
+ * flistxattr() when there is none. @out_fd < 0 only checks.
+ */
+static int copy_xattrs(struct commit *cm, const char *path, int in_fd, int out_fd)
 {
-	_cleanup_strv_free_ char **x = NULL;
-	int r;
+	char small[1024];
+	_cleanup_free_ char *big = NULL;
+	char *names = small;
+	bool refused = false;
+	ssize_t len;
 
-	r = ovl_list_xattrs_at(upfd, uname, &x);
-	if (r <= 0)
-		return r;
-	for (char **s = x; *s; s++) {
+	len = flistxattr(in_fd, small, sizeof(small));
+	if (len < 0 && errno == ERANGE) {
+		len = flistxattr(in_fd, NULL, 0);
+		if (len > 0) {
+			big = malloc((size_t)len);
+			if (!big)
+				return -ENOMEM;
+			len = flistxattr(in_fd, big, (size_t)len);
+			names = big;
+		}
+	}
+	if (len < 0)
+		return errno == ENOTSUP ? 0 : -errno;
+	for (const char *n = names; n < names + len; n += strlen(n) + 1) {
 		_cleanup_free_ char *val = NULL;
-		char *eq = strchr(*s, '=');
-		ssize_t n;
+		ssize_t vl;
 
-		if (!eq)
+		if (ovl_xattr_is_internal(n))
 			continue;
-		*eq = '\0';
-		if (xattr_is_refused(*s) && !cm->opts->allow_xattrs)
+		if (xattr_is_refused(n) && !cm->opts->allow_xattrs) {
+			if (!refused)
+				add_detail(&cm->refused, path, "security.* or trusted.* xattr");
+			refused = true;
 			continue;
-		n = ovl_get_xattr_at(upfd, uname, *s, &val);
-		if (n < 0)
+		}
+		if (out_fd < 0)
+			continue; /* checking only */
+		vl = fgetxattr(in_fd, n, NULL, 0);
+		if (vl < 0)
 			continue;
-		if (out_fd >= 0 ? fsetxattr(out_fd, *s, val, (size_t)n, 0) < 0
-		                : lsetxattr(out_proc_path, *s, val, (size_t)n, 0) < 0)
-			if (errno != ENOTSUP && errno != EPERM)
-				return -errno;
+		val = malloc((size_t)vl + 1);
+		if (!val)
+			return -ENOMEM;
+		vl = fgetxattr(in_fd, n, val, (size_t)vl);
+		if (vl < 0)
+			continue;
+		if (fsetxattr(out_fd, n, val, (size_t)vl, 0) < 0 && errno != ENOTSUP && errno != EPERM)
+			return -errno;
 	}
 	return 0;
+}
+
+/* Looks for the xattr refusals staging would find (dry runs, and to complete a refusal list). */
+static void scan_xattr_refusals(struct commit *cm)
+{
+	for (size_t i = 0; i < cm->changes->n; i++) {
+		const struct ovl_change *e = &cm->changes->v[i];
+		_cleanup_close_ int fd = -1;
+		const char *uname;
+		int upfd;
+
+		if (e->new_type != OVL_FT_FILE && e->new_type != OVL_FT_DIR)
+			continue;
+		upfd = upper_parent(cm, e->path, &uname);
+		if (upfd >= 0)
+			fd = openat(upfd, uname, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+		if (fd >= 0)
+			(void)copy_xattrs(cm, e->path, fd, -1);
+	}
+}
+
+/* Gives the target dir @fd the metadata of upper dir @uname of @upfd: owner, mode, xattrs. */
+static int dir_set_meta(struct commit *cm, const struct ovl_change *e, int upfd, const char *uname, int fd, uid_t uid,
+                        gid_t gid)
+{
+	_cleanup_close_ int ufd = openat(upfd, uname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (ufd < 0)
+		return -errno;
+	if (fchown(fd, uid, gid) < 0 || fchmod(fd, e->new.mode & 07777) < 0)
+		return -errno;
+	return copy_xattrs(cm, e->path, ufd, fd);
 }
 
 /* Stages the new content of change @e: a temp entry next to its target name. */
@@ -621,16 +686,26 @@ static int stage_entry(struct commit *cm, const struct ovl_change *e)
 			if (fstatat(dfd, tmp, &tst, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(tst.st_mode)) {
 				if (renameat(dfd, tmp, dfd, name) < 0)
 					return -errno;
-			} else if (mkdirat(dfd, name, 0700) < 0 && errno != EEXIST) {
+			} else if (mkdirat(dfd, name, 0700) == 0) {
+				_cleanup_free_ char *full = ovl_path_join(dir, name);
+
+				if (full)
+					created_add(cm, full);
+			} else if (errno != EEXIST) {
 				return -errno;
 			}
+		} else {
+			/* an existing dir gets its new metadata in the apply phase; check its xattrs now */
+			_cleanup_close_ int ufd = openat(upfd, uname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+			if (ufd < 0)
+				return -errno;
+			return copy_xattrs(cm, e->path, ufd, -1);
 		}
 		fd = openat(dfd, at, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0)
 			return errno == ELOOP ? -ENOTDIR : -errno;
-		if (fchown(fd, uid, gid) < 0 || fchmod(fd, e->new.mode & 07777) < 0)
-			return -errno;
-		r = copy_xattrs(cm, upfd, uname, fd, NULL);
+		r = dir_set_meta(cm, e, upfd, uname, fd, uid, gid);
 		if (r < 0)
 			return r;
 		ovl_fault_point("stage-dir");
@@ -676,7 +751,7 @@ static int stage_entry(struct commit *cm, const struct ovl_change *e)
 			return r;
 		if (fchown(out, uid, gid) < 0 || fchmod(out, ist.st_mode & 07777) < 0)
 			return -errno;
-		r = copy_xattrs(cm, upfd, uname, out, NULL);
+		r = copy_xattrs(cm, e->path, in, out);
 		if (r < 0)
 			return r;
 		ts[1] = ist.st_mtim;
@@ -773,6 +848,28 @@ static int apply_entry(struct commit *cm, const struct ovl_change *e, size_t idx
 				if (cm->remap_from[i] && strcmp(cm->remap_from[i], e->path) == 0)
 					cm->remap_from[i] = (free(cm->remap_from[i]), NULL);
 			ovl_fault_point("rename-dir");
+			return 0;
+		}
+		if (e->status == OVL_MODIFIED && e->old_layer == 0 && e->metadata) {
+			/* an existing target dir: its new owner, mode and xattrs */
+			_cleanup_close_ int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			const char *uname;
+			int upfd;
+			uid_t uid;
+			gid_t gid;
+
+			if (fd < 0)
+				return errno == ELOOP ? -ENOTDIR : -errno;
+			if (fstat(fd, &st) < 0)
+				return -errno;
+			upfd = upper_parent(cm, e->path, &uname);
+			if (upfd < 0)
+				return upfd;
+			owner_for(cm, &st, &e->new, &uid, &gid);
+			r = dir_set_meta(cm, e, upfd, uname, fd, uid, gid);
+			if (r < 0)
+				return r;
+			ovl_fault_point("dir-meta");
 		}
 		return 0;
 	}
@@ -1036,6 +1133,12 @@ static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 			goto fail_staging;
 		hold_dir(cm, i);
 	}
+	if (cm->refused) {
+		/* found while staging (xattrs are read once, there): undo like a failure */
+		i = cm->changes->n - 1;
+		r = -EPERM;
+		goto fail_staging;
+	}
 	r = ovl_syncfs_fd(cm->target_fd);
 	if (r < 0)
 		goto fail_noentry;
@@ -1105,8 +1208,21 @@ fail_staging:
 			tmp_name(tmp, e->path);
 			(void)ovl_rm_rf_at(dfd, tmp, 0);
 		}
+		/* directories created for the staged entries, deepest first */
+		cache_drop(cm);
+		for (size_t j = cm->n_created; j-- > 0;) {
+			_cleanup_close_ int pfd = -1;
+			const char *name;
+
+			pfd = openat_beneath_parent(cm->target_fd, cm->created[j], &name);
+			if (pfd >= 0)
+				(void)unlinkat(pfd, name, AT_REMOVEDIR);
+		}
 		if (!recovering)
 			(void)ovl_journal_remove(l->state_fd);
+		if (cm->refused)
+			return commit_error_paths(ret_error, -EPERM, "refused", TAKE_PTR(cm->refused),
+			                          "not committed without an explicit allow flag");
 		return ovl_ctl_error(ret_error, r, "io", NULL, "commit failed while staging '%s', nothing was changed",
 		                     at);
 	}
@@ -1166,6 +1282,14 @@ int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, con
 		}
 		check_refusals(&cm, &problems);
 		if (problems) {
+			/* complete the list with what staging would find */
+			scan_xattr_refusals(&cm);
+			if (cm.refused) {
+				cJSON *d;
+
+				while ((d = cJSON_DetachItemFromArray(cm.refused, 0)))
+					cJSON_AddItemToArray(problems, d);
+			}
 			r = commit_error_paths(ret_error, -EPERM, "refused", TAKE_PTR(problems),
 			                       "not committed without an explicit allow flag");
 			goto out;
@@ -1181,6 +1305,13 @@ int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, con
 		}
 	}
 	if (opts->dry_run) {
+		if (!recovering)
+			scan_xattr_refusals(&cm);
+		if (cm.refused) {
+			r = commit_error_paths(ret_error, -EPERM, "refused", TAKE_PTR(cm.refused),
+			                       "not committed without an explicit allow flag");
+			goto out;
+		}
 		for (size_t i = 0; i < changes->n; i++)
 			cJSON_AddItemToArray(committed, cJSON_CreateString(changes->v[i].path));
 		r = 0;
@@ -1196,6 +1327,10 @@ out:
 	remap_done(&cm);
 	held_done(&cm);
 	ovl_changes_free(cm.all_changes);
+	cJSON_Delete(cm.refused);
+	for (size_t i = 0; i < cm.n_created; i++)
+		free(cm.created[i]);
+	free(cm.created);
 	free(cm.udir_path);
 	safe_close(cm.udir_fd);
 	free(cm.dir_path);

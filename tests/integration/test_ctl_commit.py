@@ -391,3 +391,31 @@ def test_failed_staging_changes_nothing():
         assert open(os.path.join(s.lower, "keep")).read() == "new\n"
     finally:
         s.close()
+
+
+def test_xattr_refusal_rolls_back_new_dirs(session):
+    """A refusal found while staging (xattrs are read there) undoes the
+    staging: no temp, no new directory is left in the workspace."""
+    os.makedirs(os.path.join(session.lower, "existing"))
+
+    def ed(m):
+        os.makedirs(os.path.join(m, "nd/sub"))
+        for i in range(3):
+            with open(os.path.join(m, "nd/sub/f%d" % i), "w") as f:
+                f.write("x")
+        os.setxattr(os.path.join(m, "nd/sub/f1"), "security.evil", b"1")
+        os.chmod(os.path.join(m, "existing"), 0o700)
+        with open(os.path.join(m, "existing/a"), "w") as f:
+            f.write("a")
+    session.change(ed)
+    lower_before = snapshot(session.lower)
+    upper_before = snapshot(session.upper)
+    p = session.run("commit", check=False)
+    assert p.returncode == 3 and "nd/sub/f1" in p.stderr and "security" in p.stderr
+    assert snapshot(session.lower) == lower_before
+    assert snapshot(session.upper) == upper_before
+    p = session.run("commit", "--dry-run", check=False)
+    assert p.returncode == 3 and "nd/sub/f1" in p.stderr
+    session.run("commit", "--allow", "xattrs")
+    assert os.getxattr(os.path.join(session.lower, "nd/sub/f1"), "security.evil") == b"1"
+    assert os.stat(os.path.join(session.lower, "existing")).st_mode & 0o777 == 0o700
