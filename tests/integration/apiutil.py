@@ -311,7 +311,24 @@ class Env:
     def workspace(self, name="ws", files=None, uid=OWNER_UID, gid=OWNER_GID):
         return make_workspace(self.base, name, files, uid, gid)
 
+    def draftfs_reports(self):
+        """Sanitizer reports in the sessions' draftfs.log files (draftfs runs detached; its stderr is kept there)."""
+        out = []
+        for root, dirs, files in os.walk(self.base):
+            if "draftfs.log" in files:
+                try:
+                    with open(os.path.join(root, "draftfs.log"), errors="replace") as f:
+                        text = f.read()
+                except OSError:
+                    continue
+                if any(m in text for m in SANITIZER_MARKERS):
+                    out.append(f"{root}/draftfs.log:\n{text[-6000:]}")
+            dirs[:] = [d for d in dirs if d not in ("view", "upper", "work", "home")]
+        return out
+
     def cleanup(self):
+        for rep in self.draftfs_reports():
+            print(rep)  # shown with the failing test's output
         errors = []
         for s in self.servers:
             try:
