@@ -447,6 +447,11 @@ int ovl_daemon_main(int argc, char **argv)
 		log_error_errno(r, "cannot recover the interrupted commit in '%s'", opt.workdir);
 		goto out;
 	}
+	r = ovl_quota_scan();
+	if (r < 0) {
+		log_error_errno(r, "cannot measure upperdir '%s' for the quota", opt.upperdir);
+		goto out;
+	}
 
 	if (build_fuse_args(&opt, &args) < 0) {
 		log_oom();

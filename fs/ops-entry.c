@@ -7,6 +7,7 @@
  * given the caller's (mapped) owner; a name that hides a lower entry gets
  * a whiteout, built in the work dir and renamed into place.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -46,6 +47,64 @@ int ovl_quota_check(off_t add_bytes, int add_inodes)
 	atomic_fetch_add(&ovl_fs->used_bytes, add_bytes);
 	atomic_fetch_add(&ovl_fs->used_inodes, add_inodes);
 	return 0;
+}
+
+void ovl_quota_add(off_t bytes, int inodes)
+{
+	if (!ovl_fs->opt->quota_bytes && !ovl_fs->opt->quota_inodes)
+		return;
+	atomic_fetch_add(&ovl_fs->used_bytes, bytes);
+	atomic_fetch_add(&ovl_fs->used_inodes, inodes);
+}
+
+/* Adds up what the tree below @dir_fd uses (regular file sizes, entries). */
+static int quota_scan_dir(int dir_fd, unsigned depth)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	int fd;
+
+	if (depth > 4096)
+		return -ELOOP;
+	fd = fd_reopen(dir_fd, O_RDONLY | O_DIRECTORY);
+	if (fd < 0)
+		return fd;
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -errno;
+	}
+	while ((de = readdir(d))) {
+		struct stat st;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		atomic_fetch_add(&ovl_fs->used_inodes, 1);
+		if (S_ISREG(st.st_mode))
+			atomic_fetch_add(&ovl_fs->used_bytes, st.st_size);
+		if (S_ISDIR(st.st_mode)) {
+			_cleanup_close_ int cfd = openat(dirfd(d), de->d_name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			int r;
+
+			if (cfd < 0)
+				continue;
+			r = quota_scan_dir(cfd, depth + 1);
+			if (r < 0)
+				return r;
+		}
+	}
+	return 0;
+}
+
+int ovl_quota_scan(void)
+{
+	if (!ovl_fs->opt->quota_bytes && !ovl_fs->opt->quota_inodes)
+		return 0;
+	atomic_store(&ovl_fs->used_bytes, 0);
+	atomic_store(&ovl_fs->used_inodes, 0);
+	return quota_scan_dir(ovl_fs->upper_fd, 0);
 }
 
 void ovl_fill_entry(struct fuse_entry_param *e, struct ovl_node *n, const struct stat *st)
@@ -188,6 +247,17 @@ static int do_setattr(struct ovl_node *n, struct stat *attr, int to_set, struct 
 		}
 	}
 	if (to_set & FUSE_SET_ATTR_SIZE) {
+		struct stat cur;
+
+		if (fstatat(fd, "", &cur, AT_EMPTY_PATH) == 0 && attr->st_size != cur.st_size) {
+			if (attr->st_size > cur.st_size) {
+				r = ovl_quota_check(attr->st_size - cur.st_size, 0);
+				if (r < 0)
+					return r;
+			} else {
+				ovl_quota_add(attr->st_size - cur.st_size, 0);
+			}
+		}
 		if (hfd >= 0) {
 			if (ftruncate(hfd, attr->st_size) < 0)
 				return -errno;
@@ -510,6 +580,10 @@ static int do_remove(struct ovl_node *p, const char *name, bool dir)
 		}
 		if (dir && res.upper_fd >= 0)
 			(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp); /* the old upper dir, maybe with whiteouts */
+		if (res.upper_fd < 0)
+			ovl_quota_add(0, 1); /* a new whiteout */
+		else if (!dir && res.st.st_nlink <= 1)
+			ovl_quota_add(-res.st.st_size, 0);
 	} else if (!dir) {
 		struct stat st;
 
@@ -518,6 +592,8 @@ static int do_remove(struct ovl_node *p, const char *name, bool dir)
 			goto out;
 		}
 		keep_identity = fstatat(res.upper_fd, "", &st, AT_EMPTY_PATH) == 0 && st.st_nlink > 0;
+		if (!keep_identity)
+			ovl_quota_add(S_ISREG(res.st.st_mode) ? -res.st.st_size : 0, -1);
 	} else if (unlinkat(pfd, name, AT_REMOVEDIR) < 0) {
 		if (errno != ENOTEMPTY && errno != EEXIST) {
 			r = -errno;
@@ -530,6 +606,9 @@ static int do_remove(struct ovl_node *p, const char *name, bool dir)
 			goto out;
 		}
 		(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp);
+		ovl_quota_add(0, -1);
+	} else {
+		ovl_quota_add(0, -1);
 	}
 	drop_removed(p, name, keep_identity);
 	r = 0;

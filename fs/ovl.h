@@ -398,8 +398,11 @@ extern const struct fuse_lowlevel_ops ovl_ops;
 void ovl_mutate_begin(void);
 void ovl_mutate_end(void);
 
-/* Quota accounting hooks; return -ENOSPC when over the limit. */
+/* Quota accounting: ovl_quota_check() reserves (or fails with -ENOSPC over the limit), ovl_quota_add() just counts (frees with negative values). */
 int ovl_quota_check(off_t add_bytes, int add_inodes);
+void ovl_quota_add(off_t bytes, int inodes);
+/* Counts what the upper layer already uses (at mount, when a quota is set). Returns 0 or -errno. */
+int ovl_quota_scan(void);
 
 /* ------------------------------------------------------------------ daemon */
 
