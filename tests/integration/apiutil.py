@@ -11,7 +11,6 @@ import http.client
 import functools
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -176,7 +175,7 @@ class Client:
                          headers={"Accept": "text/event-stream"})
         if r.status != 200:
             return r.status, r
-        return r.status, drop_sanitizer_noise(parse_frames(r.body))
+        return r.status, parse_frames(r.body)
 
     def run_ok(self, sid, code, **kw):
         status, frames = self.run(sid, code, **kw)
@@ -186,18 +185,6 @@ class Client:
 
     def files_path(self, sid, what):
         return f"/v1/isolated/session/{sid}/{what}"
-
-
-# An ASan build of draftbox-run prints these LeakSanitizer lines from inside the
-# seccomp sandbox (a launcher issue, see the report); only they are dropped, and
-# only when the binaries are sanitized.
-_LSAN_NOISE = re.compile(r"^==\d+==(LeakSanitizer has encountered a fatal error\.|HINT: )")
-
-
-def drop_sanitizer_noise(frames):
-    if not is_sanitized():
-        return frames
-    return [f for f in frames if not (f["type"] in ("stdout", "stderr") and _LSAN_NOISE.match(f.get("text", "")))]
 
 
 def parse_frames(body):
