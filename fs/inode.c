@@ -268,6 +268,17 @@ int ovl_node_get(struct ovl_node *parent, const char *name, struct ovl_res *res,
 		if (n && (n->type != type || n->ino != res->ino || n->id_hashed))
 			n = NULL;
 	}
+	if (!n) {
+		/*
+		 * A stale node under this very name (its layers changed: a
+		 * moved or copied subtree, the control plane) is the object the
+		 * kernel knows there: keep its nodeid, give it the new layers.
+		 */
+		struct ovl_node *m = name_find_locked(fs, parent, name);
+
+		if (m && m->type == type && atomic_load(&m->stale))
+			n = m;
+	}
 	if (n) {
 		n->nlookup++;
 		if (atomic_load(&n->stale) || !n->name_hashed) {
@@ -410,6 +421,30 @@ void ovl_node_unhash_name(struct ovl_node *n, bool also_identity)
 	name_unlink(ovl_fs, n);
 	if (also_identity)
 		id_unlink(ovl_fs, n);
+	pthread_mutex_unlock(&ovl_fs->table_lock);
+}
+
+struct ovl_node *ovl_node_find_child_pinned(struct ovl_node *parent, const char *name)
+{
+	struct ovl_node *n;
+
+	pthread_mutex_lock(&ovl_fs->table_lock);
+	n = name_find_locked(ovl_fs, parent, name);
+	if (n)
+		n->refs++;
+	pthread_mutex_unlock(&ovl_fs->table_lock);
+	return n;
+}
+
+void ovl_node_unpin(struct ovl_node *n)
+{
+	if (!n || n == &ovl_fs->root)
+		return;
+	pthread_mutex_lock(&ovl_fs->table_lock);
+	if (n->refs == 0)
+		abort();
+	n->refs--;
+	release_locked(ovl_fs, n);
 	pthread_mutex_unlock(&ovl_fs->table_lock);
 }
 

@@ -32,6 +32,9 @@ void ovl_live_changed(void *userdata, const char *path)
 	struct ovl_node *n = &fs->root, *parent = NULL, *target = NULL;
 	const char *last = NULL;
 	char *p, *save = NULL;
+	fuse_ino_t parent_ino = 0, target_ino = 0;
+	char **names = NULL;
+	size_t cnt = 0;
 
 	if (path_check_relative(path) < 0)
 		return;
@@ -42,8 +45,10 @@ void ovl_live_changed(void *userdata, const char *path)
 	pthread_mutex_lock(&fs->copyup_lock);
 	target = n;
 	for (p = strtok_r(copy, "/", &save); p; p = strtok_r(NULL, "/", &save)) {
-		struct ovl_node *c = ovl_node_find_child(n, p);
+		struct ovl_node *c = ovl_node_find_child_pinned(n, p);
 
+		/* Keep the pin on the parent of the current node only. */
+		ovl_node_unpin(parent);
 		parent = n;
 		last = p;
 		if (!c) {
@@ -53,27 +58,34 @@ void ovl_live_changed(void *userdata, const char *path)
 		n = c;
 		target = c;
 	}
-	if (target)
+	/*
+	 * Copy what the notifications need now: once copyup_lock is dropped a
+	 * FORGET may free these nodes. Stale nodeids in a notification are
+	 * harmless (the kernel answers ENOENT).
+	 */
+	if (target) {
 		ovl_node_invalidate_subtree(target);
+		target_ino = ovl_node_ino(target);
+		if (target->type == S_IFDIR)
+			(void)ovl_node_child_names(target, &names, &cnt);
+	}
+	if (parent)
+		parent_ino = ovl_node_ino(parent);
+	if (target != &fs->root)
+		ovl_node_unpin(target);
+	ovl_node_unpin(parent);
 	pthread_mutex_unlock(&fs->copyup_lock);
 
 	/* No lock held: the notifications may wait for the kernel. */
-	if (!fs->se)
-		return;
-	if (parent && last)
-		(void)fuse_lowlevel_notify_inval_entry(fs->se, ovl_node_ino(parent), last, strlen(last));
-	if (!target)
-		return;
-	(void)fuse_lowlevel_notify_inval_inode(fs->se, ovl_node_ino(target), 0, 0);
-	if (target->type == S_IFDIR) {
-		/* Its children may have changed too: drop their dentries (the kernel drops their subtrees). */
-		char **names = NULL;
-		size_t cnt = 0;
-
-		if (ovl_node_child_names(target, &names, &cnt) == 0) {
+	if (fs->se) {
+		if (parent_ino && last)
+			(void)fuse_lowlevel_notify_inval_entry(fs->se, parent_ino, last, strlen(last));
+		if (target_ino) {
+			(void)fuse_lowlevel_notify_inval_inode(fs->se, target_ino, 0, 0);
+			/* Its children may have changed too: drop their dentries (the kernel drops their subtrees). */
 			for (size_t i = 0; i < cnt; i++)
-				(void)fuse_lowlevel_notify_inval_entry(fs->se, ovl_node_ino(target), names[i], strlen(names[i]));
-			strv_free(names);
+				(void)fuse_lowlevel_notify_inval_entry(fs->se, target_ino, names[i], strlen(names[i]));
 		}
 	}
+	strv_free(names);
 }

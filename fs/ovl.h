@@ -228,6 +228,11 @@ void ovl_node_unhash(struct ovl_node *n);
 /* Removes @n from the name index, and from the identity index if @also_identity. */
 void ovl_node_unhash_name(struct ovl_node *n, bool also_identity);
 
+/* Like ovl_node_find_child() but pins the node (it cannot be freed) until ovl_node_unpin(). */
+struct ovl_node *ovl_node_find_child_pinned(struct ovl_node *parent, const char *name);
+/* Drops a pin taken by ovl_node_find_child_pinned(); accepts NULL and the root. */
+void ovl_node_unpin(struct ovl_node *n);
+
 /* Looks up a child node by name in the name index; no reference taken. Caller holds nothing. */
 struct ovl_node *ovl_node_find_child(struct ovl_node *parent, const char *name);
 
