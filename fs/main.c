@@ -5,12 +5,41 @@
  * "draftfs diff|commit|discard|status|invalidate|recover ..." talks to a
  * running mount's control plane.
  */
+#include <stdio.h>
+#include <string.h>
+
 #include "control.h"
 #include "ovl.h"
+
+static void usage(void)
+{
+	printf("Usage: draftfs [-f] [-d] -o lowerdir=A[:B...],upperdir=U,workdir=W[,OPTIONS] MOUNTPOINT\n"
+	       "       draftfs SOURCE MOUNTPOINT -o OPTIONS        (as run by mount -t fuse.draftfs)\n"
+	       "       draftfs diff|commit|discard|status|invalidate|recover ...   (see 'draftfs diff --help')\n"
+	       "\n"
+	       "An overlay filesystem with a change record. Options (see docs/fs.md):\n"
+	       "  lowerdir=A:B:C        lower layers, leftmost on top (required)\n"
+	       "  upperdir=U            writable layer (required)\n"
+	       "  workdir=W             scratch dir on U's filesystem (required)\n"
+	       "  statedir=S            control socket and journal (default W/draftfs)\n"
+	       "  uidmapping=D:V:N[:...], gidmapping=...   disk id D shows as view id V (fuse-overlayfs syntax)\n"
+	       "  timeout=SECONDS       kernel cache lifetime (default 86400)\n"
+	       "  writeback=0|1  fsync=0|1  threads=N  quota_bytes=SIZE  quota_inodes=N\n"
+	       "  allow_other default_permissions (default when root), rw ro nosuid nodev noexec noatime ...\n"
+	       "  -f  stay in the foreground     -d  libfuse debug output\n");
+}
 
 int main(int argc, char **argv)
 {
 	if (argc > 1 && ovl_ctl_is_subcommand(argv[1]))
 		return ovl_ctl_main(argc - 1, argv + 1);
+	if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+		usage();
+		return 0;
+	}
+	if (argc > 1 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0)) {
+		printf("draftfs %s\n", DRAFTBOX_VERSION);
+		return 0;
+	}
 	return ovl_daemon_main(argc, argv);
 }

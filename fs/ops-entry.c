@@ -405,7 +405,7 @@ static int create_object(struct ovl_create *c, const char *name, mode_t mode, de
 		r = mknodat(dir, at, mode, rdev);
 	if (r < 0)
 		return -errno;
-	if (fchownat(dir, at, c->uid, c->gid, AT_SYMLINK_NOFOLLOW) < 0) {
+	if ((c->uid != 0 || c->gid != 0) && fchownat(dir, at, c->uid, c->gid, AT_SYMLINK_NOFOLLOW) < 0) {
 		r = -errno;
 		goto fail;
 	}

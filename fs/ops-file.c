@@ -51,7 +51,7 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ovl_node *n = ovl_node_from_ino(ino);
 	bool write = (fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC);
-	bool lower = false;
+	bool lower = false, lower_hardlink = false;
 	int r = 0, fd = -1;
 
 	if (write) {
@@ -60,6 +60,15 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			return;
 		}
 		ovl_mutate_begin();
+		pthread_rwlock_rdlock(&n->lock);
+		if (n->upper_fd < 0 && n->lower_fd >= 0) {
+			struct stat lst;
+
+			/* Copy-up breaks a lower hard link: st_nlink changes under the kernel's cached attributes. */
+			lower_hardlink = fstatat(n->lower_fd, "", &lst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 &&
+					 lst.st_nlink > 1;
+		}
+		pthread_rwlock_unlock(&n->lock);
 		r = ovl_copy_up_size(n, (fi->flags & O_TRUNC) ? 0 : -1);
 	} else {
 		r = ovl_node_ensure(n);
@@ -90,7 +99,10 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (fuse_reply_open(req, fi) != 0) {
 		close(fd);
 		free((void *)(uintptr_t)fi->fh);
+		return;
 	}
+	if (lower_hardlink && ovl_fs->se)
+		(void)fuse_lowlevel_notify_inval_inode(ovl_fs->se, ino, -1, 0); /* attributes only */
 }
 
 void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi)
@@ -116,7 +128,8 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 		fd = openat(dir, at, open_flags(fi->flags) | O_CREAT | O_EXCL | O_NOFOLLOW, mode & 07777);
 		if (fd < 0) {
 			r = -errno;
-		} else if (fchown(fd, c.uid, c.gid) < 0 || ((mode & 06000) && fchmod(fd, mode & 07777) < 0)) {
+		} else if (((c.uid != 0 || c.gid != 0) && fchown(fd, c.uid, c.gid) < 0) ||
+			   ((mode & 06000) && fchmod(fd, mode & 07777) < 0)) {
 			r = -errno;
 		} else {
 			r = ovl_finish_create(&c, name, tmp, false);
@@ -288,6 +301,9 @@ void ovl_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	fi->fh = (uint64_t)(uintptr_t)d;
+	/* The kernel may keep the listing: every change through us invalidates it, live.changed() too. */
+	fi->cache_readdir = 1;
+	fi->keep_cache = 1;
 	if (fuse_reply_open(req, fi) != 0) {
 		ovl_dir_free(d);
 		pthread_mutex_destroy(&d->lock);
