@@ -60,9 +60,10 @@ int ovl_ctl_connect(const char *target, struct ovl_ctl **ret);
  * colon-separated list as in the mount option (first = commit target),
  * @upperdir the upper, @workdir the workdir or NULL. The state dir (journal,
  * session lock) is @state_dir, or "<workdir>/draftfs" when @state_dir is
- * NULL; one of the two must be given (-EINVAL otherwise). Read operations work while the session is mounted
- * elsewhere; commit, discard and recover take the session lock and fail
- * with -EBUSY (code "busy") while a draftfs daemon has it mounted.
+ * NULL; one of the two must be given (-EINVAL otherwise). Read operations
+ * work while the session is mounted elsewhere; commit, discard and recover
+ * take the session lock and fail with -EBUSY (code "busy") while a draftfs
+ * daemon has it mounted.
  * Returns 0 and *ret or -errno.
  */
 int ovl_ctl_open_offline(const char *lowerdir, const char *upperdir, const char *workdir, const char *state_dir,
@@ -87,7 +88,8 @@ int ovl_diff_format_from_string(const char *s, enum ovl_diff_format *ret);
  * and writes it in @format to @out_fd (any writable fd: file, pipe, socket;
  * written from its current position, not closed). With a live mount the fd
  * is passed to the daemon, which writes it; the call returns when the output
- * is complete. The caller should syncfs() the mountpoint first if processes
+ * is complete. Offline, this process writes it: a pipe whose reader went
+ * away raises SIGPIPE (servers ignore it and get -EPIPE). The caller should syncfs() the mountpoint first if processes
  * on the host side may hold dirty pages (ovl_ctl_connect() callers can use
  * ovl_ctl_syncfs()).
  *
