@@ -16,6 +16,7 @@ import stat
 import subprocess
 import tarfile
 import tempfile
+import time
 
 import pytest
 
@@ -71,7 +72,12 @@ class Session:
         for m in reversed(self.mounted):
             umount(m)
         self.mounted = []
-        shutil.rmtree(self.root, ignore_errors=True)
+        # a commit's background trash purge may still be deleting in there
+        for _ in range(50):
+            shutil.rmtree(self.root, ignore_errors=True)
+            if not os.path.exists(self.root):
+                break
+            time.sleep(0.1)
 
     # --- writing an upper through the kernel ---
     def mount_rw(self):
