@@ -417,3 +417,22 @@ def test_live_hardlink_in_session(live):
     m.run("commit")
     assert snapshot(m.mnt) == want
     assert open(os.path.join(s.lower, "README.link")).read() == "readme\nboth\n"
+
+
+def test_live_discard_inside_replaced_dir(live):
+    s, start = live
+    populate(s.lower)
+    m = start()
+    subprocess.run(["rm", "-rf", os.path.join(m.mnt, "src")], check=True)
+    os.mkdir(os.path.join(m.mnt, "src"))
+    with open(os.path.join(m.mnt, "src/new.c"), "w") as f:
+        f.write("new\n")
+    assert sorted(os.listdir(os.path.join(m.mnt, "src"))) == ["new.c"]
+    m.run("discard", "src/a.c")
+    assert sorted(os.listdir(os.path.join(m.mnt, "src"))) == ["a.c", "new.c"]
+    assert open(os.path.join(m.mnt, "src/a.c")).read() == "int a;\n"
+    ch = m.changes()
+    assert set(ch) == {"src", "src/new.c"} and ch["src"].get("opaque") is True  # the dir still replaces lower
+    m.run("discard", "src")
+    assert sorted(os.listdir(os.path.join(m.mnt, "src"))) == ["a.c"]
+    assert m.changes() == {}
