@@ -101,6 +101,7 @@ int ovl_diff_format_from_string(const char *s, enum ovl_diff_format *ret);
  *   { "changes": [ { "path": "a/b", "status": "added|modified|deleted|type_changed",
  *       "type": "file|dir|symlink|other",           (new type; old type when deleted)
  *       "old_type": ..., "content": bool, "metadata": bool,
+ *       "opaque": true,                              (only: a dir that replaces the lower one wholesale)
  *       "old": { "mode": 33188, "size": N, "uid": N, "gid": N, "mtime": "sec.nsec", "target": "..." },
  *       "new": { ... } }, ... ],                     (old absent for added, new absent for deleted)
  *     "summary": { ...as above... } }
