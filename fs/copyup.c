@@ -237,7 +237,9 @@ int ovl_node_upper_dup(struct ovl_node *n)
 {
 	int fd;
 
-	pthread_rwlock_rdlock(&n->lock);
+	fd = ovl_node_rdlock_fresh(n);
+	if (fd < 0)
+		return fd;
 	fd = n->upper_fd >= 0 ? fcntl(n->upper_fd, F_DUPFD_CLOEXEC, 3) : -1;
 	if (n->upper_fd >= 0 && fd < 0)
 		fd = -errno;
@@ -317,6 +319,7 @@ static int copy_up_locked(struct ovl_node *n, off_t size)
 
 	pthread_rwlock_wrlock(&n->lock);
 	n->upper_fd = TAKE_FD(ufd);
+	ovl_fds_account(1);
 	n->opaque = false;
 	pthread_rwlock_unlock(&n->lock);
 	return 0;

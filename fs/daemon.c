@@ -409,6 +409,14 @@ int ovl_daemon_main(int argc, char **argv)
 
 	umask(0);
 	raise_nofile();
+	pthread_mutex_init(&fs->evict_lock, NULL);
+	{
+		struct rlimit rl;
+		long nofile = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (long)rl.rlim_cur : 1024;
+
+		/* Leave a quarter (at least 256) for open files, pipes, sockets and the control plane. */
+		fs->fd_budget = MAX(nofile - MAX(nofile / 4, 256), 64);
+	}
 
 	if (check_mountpoint(opt.mountpoint) < 0)
 		goto out;

@@ -293,10 +293,9 @@ int ovl_dir_load(struct ovl_node *n, struct ovl_dir *d)
 	size_t cnt;
 	int r;
 
-	r = ovl_node_ensure(n);
+	r = ovl_node_rdlock_fresh(n);
 	if (r < 0)
 		return r;
-	pthread_rwlock_rdlock(&n->lock);
 	ovl_node_stack(n, &s);
 	if (s.upper_fd < 0 && s.n == 0)
 		r = -ESTALE;

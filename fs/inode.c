@@ -151,6 +151,10 @@ static void maybe_grow(struct ovl_fs *fs)
 
 static void close_state(struct ovl_node *n)
 {
+	long closed = (n->upper_fd >= 0) + (n->lower_fd >= 0) + n->n_extra;
+
+	if (n != &ovl_fs->root)
+		ovl_fds_account(-closed);
 	n->upper_fd = safe_close(n->upper_fd);
 	n->lower_fd = safe_close(n->lower_fd);
 	for (uint16_t i = 0; i < n->n_extra; i++)
@@ -170,6 +174,8 @@ static int take_res(struct ovl_node *n, struct ovl_res *res)
 			return -ENOMEM;
 		memcpy(extra, res->extra, res->n_extra * sizeof(*extra));
 	}
+	if (n != &ovl_fs->root)
+		ovl_fds_account((res->upper_fd >= 0) + (res->lower_fd >= 0) + res->n_extra);
 	n->upper_fd = res->upper_fd;
 	n->lower_fd = res->lower_fd;
 	n->lower_layer = res->lower_layer;
@@ -234,6 +240,8 @@ static void release_locked(struct ovl_fs *fs, struct ovl_node *n)
 			fs->all_first = n->all_next;
 		if (n->all_next)
 			n->all_next->all_prev = n->all_prev;
+		else
+			fs->all_last = n->all_prev;
 		fs->n_nodes--;
 		node_free(n);
 		if (!parent)
@@ -340,6 +348,8 @@ int ovl_node_get(struct ovl_node *parent, const char *name, struct ovl_res *res,
 	n->all_next = fs->all_first;
 	if (fs->all_first)
 		fs->all_first->all_prev = n;
+	else
+		fs->all_last = n;
 	fs->all_first = n;
 	fs->n_nodes++;
 	maybe_grow(fs);
@@ -587,6 +597,36 @@ int ovl_node_parent_name(struct ovl_node *n, struct ovl_node **ret_parent, char 
 		return -ENOMEM;
 	*ret_name = name;
 	return 0;
+}
+
+void ovl_node_maybe_evict(void)
+{
+	struct ovl_fs *fs = ovl_fs;
+	struct ovl_node *batch[256];
+	long over;
+	size_t cnt = 0;
+
+	if (_likely_(atomic_load(&fs->n_fds) <= fs->fd_budget))
+		return;
+	if (pthread_mutex_trylock(&fs->evict_lock) != 0)
+		return; /* someone else is at it */
+	pthread_mutex_lock(&fs->copyup_lock);
+	over = atomic_load(&fs->n_fds) - fs->fd_budget * 9 / 10;
+	pthread_mutex_lock(&fs->table_lock);
+	for (struct ovl_node *d = fs->all_last; d && cnt < ARRAY_SIZE(batch) && over > 0; d = d->all_prev) {
+		if (!d->name_hashed || (d->upper_fd < 0 && d->lower_fd < 0 && d->n_extra == 0))
+			continue; /* nothing to close, or no name to re-resolve it by */
+		d->refs++; /* pin */
+		batch[cnt++] = d;
+		over -= (d->upper_fd >= 0) + (d->lower_fd >= 0) + d->n_extra;
+	}
+	pthread_mutex_unlock(&fs->table_lock);
+	for (size_t i = 0; i < cnt; i++) {
+		ovl_node_drop_state(batch[i]);
+		ovl_node_unpin(batch[i]);
+	}
+	pthread_mutex_unlock(&fs->copyup_lock);
+	pthread_mutex_unlock(&fs->evict_lock);
 }
 
 void ovl_table_free(struct ovl_fs *fs)

@@ -352,6 +352,21 @@ int ovl_resolve_in_stack(const struct ovl_stack *s, const char *name, struct ovl
 	return 0;
 }
 
+int ovl_node_rdlock_fresh(struct ovl_node *n)
+{
+	for (int tries = 0; tries < 8; tries++) {
+		int r = ovl_node_ensure(n);
+
+		if (r < 0)
+			return r;
+		pthread_rwlock_rdlock(&n->lock);
+		if (!atomic_load(&n->stale) || n == &ovl_fs->root)
+			return 0;
+		pthread_rwlock_unlock(&n->lock); /* evicted meanwhile: refresh again */
+	}
+	return -ESTALE;
+}
+
 int ovl_resolve_child(struct ovl_node *dir, const char *name, struct ovl_res *res)
 {
 	struct ovl_stack s;
@@ -362,11 +377,9 @@ int ovl_resolve_child(struct ovl_node *dir, const char *name, struct ovl_res *re
 		return -ENAMETOOLONG;
 	if (dir->type != S_IFDIR)
 		return -ENOTDIR;
-	pthread_rwlock_rdlock(&dir->lock);
-	if (atomic_load(&dir->stale)) {
-		pthread_rwlock_unlock(&dir->lock);
-		return -ESTALE;
-	}
+	r = ovl_node_rdlock_fresh(dir);
+	if (r < 0)
+		return r;
 	ovl_node_stack(dir, &s);
 	r = ovl_resolve_in_stack(&s, name, res);
 	pthread_rwlock_unlock(&dir->lock);
@@ -422,10 +435,9 @@ int ovl_node_getattr(struct ovl_node *n, struct stat *st)
 	bool merged;
 	int r, fd;
 
-	r = ovl_node_ensure(n);
+	r = ovl_node_rdlock_fresh(n);
 	if (r < 0)
 		return r;
-	pthread_rwlock_rdlock(&n->lock);
 	fd = n->upper_fd >= 0 ? n->upper_fd : n->lower_fd;
 	merged = n->type == S_IFDIR && ((n->upper_fd >= 0 && n->lower_fd >= 0) || n->n_extra > 0);
 	if (fd < 0)

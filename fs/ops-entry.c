@@ -164,6 +164,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	ovl_fill_entry(&e, n, &st);
 	if (fuse_reply_entry(req, &e) != 0)
 		ovl_node_forget(n, 1);
+	ovl_node_maybe_evict();
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -184,6 +185,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct stat st;
 	int r;
 
+	ovl_node_maybe_evict();
 	r = ovl_node_getattr(ovl_node_from_ino(ino), &st);
 	if (r < 0)
 		fuse_reply_err(req, -r);
@@ -317,12 +319,11 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	ssize_t len;
 	int r, fd;
 
-	r = ovl_node_ensure(n);
+	r = ovl_node_rdlock_fresh(n);
 	if (r < 0) {
 		fuse_reply_err(req, -r);
 		return;
 	}
-	pthread_rwlock_rdlock(&n->lock);
 	fd = n->upper_fd >= 0 ? n->upper_fd : n->lower_fd;
 	len = fd >= 0 ? readlinkat(fd, "", buf, sizeof(buf) - 1) : -1;
 	r = len < 0 ? (fd >= 0 ? -errno : -ESTALE) : 0;

@@ -54,6 +54,7 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	bool lower = false, lower_hardlink = false;
 	int r = 0, fd = -1;
 
+	ovl_node_maybe_evict(); /* re-resolving evicted nodes takes fds too */
 	if (write) {
 		if (ovl_fs->opt->read_only) {
 			fuse_reply_err(req, EROFS);
@@ -70,11 +71,10 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		}
 		pthread_rwlock_unlock(&n->lock);
 		r = ovl_copy_up_size(n, (fi->flags & O_TRUNC) ? 0 : -1);
-	} else {
-		r = ovl_node_ensure(n);
 	}
+	if (r >= 0)
+		r = ovl_node_rdlock_fresh(n);
 	if (r >= 0) {
-		pthread_rwlock_rdlock(&n->lock);
 		if (n->upper_fd >= 0) {
 			fd = fd_reopen(n->upper_fd, open_flags(fi->flags));
 		} else if (n->lower_fd >= 0) {
@@ -288,6 +288,7 @@ void ovl_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct ovl_dir *d = calloc(1, sizeof(*d));
 	int r;
 
+	ovl_node_maybe_evict();
 	if (!d) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -385,6 +386,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 			}
 			ovl_fill_entry(&e, c, &cst);
 			pos += fuse_add_direntry_plus(req, buf + pos, size - pos, name, &e, (off_t)i + 1);
+			ovl_node_maybe_evict(); /* one listing can hand out hundreds of nodes */
 		}
 	}
 	pthread_mutex_unlock(&d->lock);
@@ -392,6 +394,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 		fuse_reply_err(req, -r);
 	else
 		fuse_reply_buf(req, buf, pos);
+
 }
 
 void ovl_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)

@@ -165,7 +165,12 @@ struct ovl_fs {
 	pthread_mutex_t table_lock;
 	struct ovl_node **id_tab, **name_tab;
 	size_t tab_size, n_nodes;
-	struct ovl_node *all_first;
+	struct ovl_node *all_first, *all_last;
+
+	/* Open layer fds held by nodes, and how many we allow (RLIMIT_NOFILE minus room for open files). */
+	atomic_long n_fds;
+	long fd_budget;
+	pthread_mutex_t evict_lock;
 
 	pthread_mutex_t copyup_lock;
 	pthread_rwlock_t quiesce;
@@ -302,6 +307,18 @@ void ovl_node_stack(struct ovl_node *n, struct ovl_stack *s);
 void ovl_res_stack(const struct ovl_res *r, struct ovl_stack *s);
 /* ovl_resolve_child() on an explicit stack. */
 int ovl_resolve_in_stack(const struct ovl_stack *s, const char *name, struct ovl_res *res);
+
+/* Refreshes @n if needed and takes its lock shared, with its fds valid. Returns 0 or -errno (lock not held). */
+int ovl_node_rdlock_fresh(struct ovl_node *n);
+
+/* Closes the fds of the least recently created nodes when over fd_budget (they re-resolve by name when used). Call with no lock held. */
+void ovl_node_maybe_evict(void);
+
+/* Counts fds taken or closed by nodes. */
+static inline void ovl_fds_account(long delta)
+{
+	atomic_fetch_add(&ovl_fs->n_fds, delta);
+}
 
 /* Refreshes @n if it is stale (re-resolves it by name in its parent). Returns 0 or -errno (-ESTALE). */
 int ovl_node_ensure(struct ovl_node *n);

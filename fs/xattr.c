@@ -24,10 +24,9 @@ static int top_fd_dup(struct ovl_node *n, bool *ret_upper)
 {
 	int fd, r;
 
-	r = ovl_node_ensure(n);
+	r = ovl_node_rdlock_fresh(n);
 	if (r < 0)
 		return r;
-	pthread_rwlock_rdlock(&n->lock);
 	fd = n->upper_fd >= 0 ? n->upper_fd : n->lower_fd;
 	if (ret_upper)
 		*ret_upper = n->upper_fd >= 0;
