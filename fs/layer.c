@@ -105,6 +105,8 @@ int ovl_origin_read(int fd, dev_t *ret_dev, ino_t *ret_ino)
 	buf[n] = '\0';
 	if (sscanf(buf, "v1 layer=%u dev=%llu ino=%llu", &layer, &dev, &ino) != 3)
 		return -EBADMSG;
+	if (n >= 4 && strcmp(buf + n - 4, " new") == 0)
+		return -ENODATA; /* created over a whiteout: not a copy of the origin */
 	*ret_dev = (dev_t)dev;
 	*ret_ino = (ino_t)ino;
 	return 0;

@@ -360,17 +360,47 @@ int ovl_prepare_create(fuse_req_t req, struct ovl_node *p, const char *name, str
 	if (r != -ENOENT)
 		return r;
 	c->over_whiteout = res.whiteout_in_upper;
+	c->origin[0] = '\0';
 	r = ovl_copy_up(p);
 	if (r < 0)
 		return r;
 	c->pfd = ovl_node_upper_dup(p);
 	if (c->pfd < 0)
 		return c->pfd;
+	if (c->over_whiteout) {
+		/* The name hides a lower entry: the new object inherits the whiteout's record (the first one). */
+		_cleanup_close_ int wfd = openat(c->pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		ssize_t n = wfd >= 0 ? ovl_fgetxattr(wfd, OVL_XATTR_ORIGIN, c->origin, sizeof(c->origin) - 1) : -1;
+
+		c->origin[n > 0 ? n : 0] = '\0';
+		/* " new": a different object than the origin (st_ino is its own); parsers ignore the suffix. */
+		if (n > 0 && (n < 4 || strcmp(c->origin + n - 4, " new") != 0) && (size_t)n + 5 < sizeof(c->origin))
+			strcat(c->origin, " new");
+	} else {
+		bool merged;
+
+		pthread_rwlock_rdlock(&p->lock);
+		merged = !(p->upper_fd >= 0 && p->opaque) && (p->lower_fd >= 0 || p->n_extra > 0);
+		pthread_rwlock_unlock(&p->lock);
+		/* Lower had nothing here: commit can tell a conflict if the target gains the name meanwhile. */
+		if (merged)
+			strcpy(c->origin, "v1 none");
+	}
 	if (fstatat(c->pfd, "", &pst, AT_EMPTY_PATH) < 0)
 		return -errno;
 	c->uid = ctx ? ovl_idmap_to_disk(&o->uidmap, ctx->uid) : (uid_t)-1;
 	c->gid = (pst.st_mode & S_ISGID) ? pst.st_gid : ctx ? ovl_idmap_to_disk(&o->gidmap, ctx->gid) : (gid_t)-1;
 	return ovl_quota_check(0, 1);
+}
+
+void ovl_create_set_origin(const struct ovl_create *c, int dir, const char *name, int fd)
+{
+	if (!c->origin[0])
+		return;
+	if (fd >= 0)
+		(void)ovl_fsetxattr(fd, OVL_XATTR_ORIGIN, c->origin, strlen(c->origin), 0);
+	else
+		(void)ovl_setxattr_at(dir, name, OVL_XATTR_ORIGIN, c->origin, strlen(c->origin), 0);
 }
 
 int ovl_finish_create(struct ovl_create *c, const char *name, const char *tmp, bool is_dir)
@@ -419,6 +449,7 @@ static int create_object(struct ovl_create *c, const char *name, mode_t mode, de
 		if (r < 0)
 			goto fail;
 	}
+	ovl_create_set_origin(c, dir, at, -1);
 	r = ovl_finish_create(c, name, tmp, S_ISDIR(mode));
 	if (r < 0)
 		goto fail;

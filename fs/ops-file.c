@@ -132,6 +132,7 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 			   ((mode & 06000) && fchmod(fd, mode & 07777) < 0)) {
 			r = -errno;
 		} else {
+			ovl_create_set_origin(&c, dir, at, fd);
 			r = ovl_finish_create(&c, name, tmp, false);
 		}
 		if (r < 0 && fd >= 0) {

@@ -29,7 +29,11 @@ struct ovl_create {
 	uid_t uid;           /* on-disk owner, (uid_t)-1 to keep root */
 	gid_t gid;
 	bool over_whiteout;  /* the name holds a whiteout: build in work/ and rename over it */
+	char origin[256];    /* origin record for the new object ("" none): the whiteout's, or "v1 none" */
 };
+
+/* Writes c->origin on the new object @name in @dir (best effort). */
+void ovl_create_set_origin(const struct ovl_create *c, int dir, const char *name, int fd);
 
 /*
  * Checks that @name can be created in @p (not in the view, valid), copies
