@@ -223,13 +223,19 @@ enum launch_cgroup_version launch_cgroup_detect(void)
 /*
  * Removes "run-<pid>-*" dirs in @parent whose launcher is gone (it was
  * SIGKILLed before it could clean up). rmdir only succeeds on an empty
- * cgroup, so a live run is never touched.
+ * cgroup, so a live run is never touched. @own_dirs is how many of the
+ * subdirs are our own run's (already made).
  */
-static void prune_stale(const char *parent)
+static void prune_stale(const char *parent, nlink_t own_dirs)
 {
-	_cleanup_closedir_ DIR *d = opendir(parent);
+	_cleanup_closedir_ DIR *d = NULL;
 	struct dirent *de;
+	struct stat st;
 
+	/* cgroupfs counts subdirs in the link count: nothing but ours, nothing to read */
+	if (stat(parent, &st) == 0 && st.st_nlink <= 2 + own_dirs)
+		return;
+	d = opendir(parent);
 	while (d && (de = readdir(d))) {
 		long pid;
 
@@ -250,6 +256,11 @@ static int mkdir_below(const char *root, const char *rel, char **ret)
 
 	if (asprintf(&path, "%s%s%s", root, rel[0] == '/' ? "" : "/", rel) < 0)
 		return -ENOMEM;
+	/* the parents exist after the first run: try the run's own dir first */
+	if (mkdir(path, 0755) == 0)
+		goto made;
+	if (errno != ENOENT)
+		return -errno; /* the run's own dir must be new */
 	for (char *p = path + rootlen + 1; *p; p++) {
 		if (*p != '/')
 			continue;
@@ -260,11 +271,12 @@ static int mkdir_below(const char *root, const char *rel, char **ret)
 	}
 	if (mkdir(path, 0755) < 0)
 		return -errno; /* the run's own dir must be new */
+made:
 	{
 		char *slash = strrchr(path, '/');
 
 		*slash = 0;
-		prune_stale(path);
+		prune_stale(path, 1);
 		*slash = '/';
 	}
 	*ret = TAKE_PTR(path);
@@ -333,8 +345,9 @@ static int create_v1(const struct launch_config *c, const char *name, struct lau
 		r = v1_create(&made, "memory", name, true, &cg->v1_memory);
 	if (r >= 0)
 		r = v1_create(&made, "freezer", name, true, &cg->v1_freezer);
-	if (r >= 0)
-		r = v1_create(&made, "cpu", name, c->cpu > 0, &cg->v1_cpu);
+	/* a cpu cgroup of its own only for a quota: without one it would just cost a scheduling group */
+	if (r >= 0 && c->cpu > 0)
+		r = v1_create(&made, "cpu", name, true, &cg->v1_cpu);
 	if (r >= 0)
 		r = v1_create(&made, "cpuacct", name, false, &cg->v1_cpuacct);
 	for (size_t i = 0; i < made.n; i++)
@@ -392,7 +405,7 @@ static int create_v2(const struct launch_config *c, const char *name, struct lau
 	if (r < 0)
 		return r;
 	(void)write_file(base, "cgroup.subtree_control", "+cpu");
-	prune_stale(base);
+	prune_stale(base, 0);
 	if (asprintf(&cg->v2_path, "%s/%s", base, name) < 0)
 		return -ENOMEM;
 	if (mkdir(cg->v2_path, 0755) < 0) {

@@ -22,6 +22,11 @@ int launch_mkdir_p(const char *path, mode_t mode)
 
 	if (!path || path[0] != '/')
 		return -EINVAL;
+	/* the usual case: it is there already (one syscall, not one per component) */
+	if (mkdir(path, mode) == 0 || errno == EEXIST)
+		return 0;
+	if (errno != ENOENT)
+		return -errno;
 	copy = strdup(path);
 	if (!copy)
 		return -ENOMEM;

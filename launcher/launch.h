@@ -176,7 +176,8 @@ int launch_expose_resolve(struct launch_config *c, const char **ret_bad);
  * Returns an fd (not O_CLOEXEC, offset at the program) holding the BPF
  * program for @profile / @share_net on the native arch, from the cache in
  * @cache_dir (root-owned 0700, verified before use) or freshly compiled
- * and stored there. Returns the fd or -errno.
+ * and stored there. Returns the fd or -errno. The musl build (LAUNCH_LITE)
+ * cannot compile: a cache miss there is -ENOPKG.
  */
 int launch_seccomp_fd(const char *cache_dir, enum launch_profile profile, bool share_net);
 

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,6 @@
 
 #include "fdpath.h"
 #include "fsutil.h"
-#include "json-util.h"
 #include "launch.h"
 #include "log.h"
 #include "macro.h"
@@ -178,6 +178,13 @@ int launch_find_draftfs(const struct launch_config *c, char **ret)
 	/* build tree: launcher/draftbox-run next to fs/draftfs */
 	if (find_sibling("draftfs", ret) == 0 || find_sibling("../fs/draftfs", ret) == 0)
 		return 0;
+	/* installed: draftbox-run-full lives in libexecdir, draftfs in bindir */
+	if (asprintf(&p, "%s/draftfs", DRAFTBOX_BINDIR) < 0)
+		return -ENOMEM;
+	if (access(p, X_OK) == 0) {
+		*ret = TAKE_PTR(p);
+		return 0;
+	}
 	return find_exec("draftfs", ret);
 }
 
@@ -324,25 +331,56 @@ static void unmount_view(struct run_state *s)
 	}
 }
 
-/* Reaps orphans that came to us as subreaper (never the draftfs child, which is waited for by pid). */
-static void reap_orphans(pid_t keep)
+/*
+ * Reaps those of our children (from /proc/self/task/<tid>/children) other
+ * than @keep that have exited. Returns whether any other child is left.
+ */
+static bool reap_others(pid_t keep)
 {
-	siginfo_t si;
+	_cleanup_free_ char *kids = NULL;
+	bool left = false;
+	char path[64];
+	size_t n;
+	int fd, r;
 
-	for (;;) {
-		si.si_pid = 0;
-		if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
-			return;
-		if (si.si_pid == keep)
-			return;
-		(void)waitpid(si.si_pid, NULL, 0);
+	snprintf(path, sizeof(path), "/proc/self/task/%d/children", (int)syscall(SYS_gettid));
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	r = read_full_fd(fd, 1 << 16, &kids, &n);
+	close(fd);
+	if (r < 0)
+		return false;
+	for (char *p = kids, *end; *p; p = end) {
+		long pid = strtol(p, &end, 10);
+
+		if (end == p)
+			break;
+		if (pid != keep && waitpid((pid_t)pid, NULL, WNOHANG) == 0)
+			left = true;
 	}
+	return left;
+}
+
+/*
+ * Reaps orphans that came to us as subreaper (never the draftfs child,
+ * which is waited for by pid). With @wait_ms, waits that long for the
+ * ones still exiting: a killed sandbox's init only exits once the kernel
+ * has reaped everything in its pid namespace, so when it is gone, so is
+ * the sandbox.
+ */
+static void reap_orphans(pid_t keep, unsigned wait_ms)
+{
+	double deadline = now_ms() + wait_ms;
+
+	while (reap_others(keep) && now_ms() < deadline)
+		usleep(500);
 }
 
 static void state_free(struct run_state *s)
 {
 	launch_cgroup_destroy(&s->cg);
-	reap_orphans(s->draftfs_pid);
+	reap_orphans(s->draftfs_pid, 0);
 	unmount_view(s);
 	if (s->tmp_session && !s->c->keep)
 		(void)launch_rm_rf(s->tmp_session);
@@ -367,19 +405,31 @@ static void state_free(struct run_state *s)
 static int args_memfd(char **args, char ***ret_cmd)
 {
 	_cleanup_close_ int fd = -1;
+	_cleanup_free_ char *buf = NULL;
+	size_t total = 0, off = 0;
 	char **a;
 	int r;
 
+	for (a = args; *a && strcmp(*a, "--") != 0; a++)
+		total += strlen(*a) + 1;
+	if (!*a)
+		return -EINVAL;
+	/* one write, not one per option */
+	buf = malloc(total ? total : 1);
+	if (!buf)
+		return -ENOMEM;
+	for (char **b = args; b < a; b++) {
+		size_t n = strlen(*b) + 1;
+
+		memcpy(buf + off, *b, n);
+		off += n;
+	}
 	fd = (int)syscall(SYS_memfd_create, "draftbox-bwrap-args", 1u /* MFD_CLOEXEC */);
 	if (fd < 0)
 		return -errno;
-	for (a = args; *a && strcmp(*a, "--") != 0; a++) {
-		r = write_full(fd, *a, strlen(*a) + 1);
-		if (r < 0)
-			return r;
-	}
-	if (!*a)
-		return -EINVAL;
+	r = write_full(fd, buf, total);
+	if (r < 0)
+		return r;
 	if (lseek(fd, 0, SEEK_SET) < 0)
 		return -errno;
 	*ret_cmd = a;
@@ -393,6 +443,65 @@ static int clear_cloexec(int fd)
 	if (fl < 0 || fcntl(fd, F_SETFD, fl & ~FD_CLOEXEC) < 0)
 		return -errno;
 	return 0;
+}
+
+/* What the child needs between clone and exec of bwrap. */
+struct bwrap_child {
+	const struct launch_config *c;
+	const struct run_state *s;
+	char **argv;
+	const sigset_t *old_mask;
+	int stdin_fd, err_fd, err_copy, args_fd, seccomp_fd, status_fd, go_fd, ws_fd;
+	int report_fd; /* the child writes its errno here when it cannot exec */
+};
+
+/*
+ * Runs in the child, which shares our memory until it execs (CLONE_VM |
+ * CLONE_VFORK): only syscalls on its own fds and signal state, no
+ * allocation, no stdio.
+ */
+static int bwrap_child_main(void *arg)
+{
+	const struct bwrap_child *ch = arg;
+	int e;
+
+	sigprocmask(SIG_SETMASK, ch->old_mask, NULL);
+	signal(SIGPIPE, SIG_DFL);
+	if (dup2(ch->stdin_fd, 0) < 0 || dup2(ch->err_fd, 2) < 0 || clear_cloexec(ch->err_copy) < 0)
+		goto fail;
+	if (clear_cloexec(ch->args_fd) < 0 || clear_cloexec(ch->seccomp_fd) < 0 || clear_cloexec(ch->status_fd) < 0 ||
+	    clear_cloexec(ch->go_fd) < 0 || clear_cloexec(ch->ws_fd) < 0)
+		goto fail;
+	for (size_t i = 0; i < ch->c->n_exposes; i++)
+		if (clear_cloexec(ch->c->exposes[i].fd) < 0)
+			goto fail;
+	/* the cgroup move happens in the parent, while bwrap sets up; the helper waits for it */
+	execve(ch->s->bwrap, ch->argv, ch->s->env);
+fail:
+	e = errno ? errno : EIO;
+	(void)!write(ch->report_fd, &e, sizeof(e));
+	_exit(LAUNCH_EXIT_FAILURE);
+}
+
+/*
+ * Starts bwrap. clone(CLONE_VM | CLONE_VFORK) like posix_spawn: no page
+ * tables to copy and no copy-on-write faults afterwards, and we resume
+ * once bwrap is exec'd (or the child failed). Returns the pid or -errno.
+ */
+static pid_t spawn_bwrap(struct bwrap_child *ch)
+{
+	_cleanup_free_ char *stack = NULL;
+	const size_t stack_size = 64 * 1024;
+	pid_t pid;
+
+	stack = malloc(stack_size);
+	if (!stack)
+		return -ENOMEM;
+	/* x86-64 and every other arch we run on: the stack grows down */
+	pid = clone(bwrap_child_main, stack + stack_size, CLONE_VM | CLONE_VFORK | SIGCHLD, ch);
+	if (pid < 0)
+		return -errno;
+	return pid;
 }
 
 /* The escalation on timeout or cancel: SIGINT, grace, SIGTERM, grace, SIGKILL of everything. */
@@ -518,30 +627,19 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 	}
 
 	start = now_ms();
-	pid = fork();
-	if (pid < 0) {
-		r = log_error_errno(-errno, "cannot fork");
-		goto out_mask;
-	}
-	if (pid == 0) {
-		int e = 0;
+	{
+		struct bwrap_child ch = {
+			.c = c, .s = s, .argv = bargv, .old_mask = &old, .stdin_fd = stdin_fd,
+			.err_fd = bwrap_err[1], .err_copy = err_copy, .args_fd = args_fd,
+			.seccomp_fd = seccomp_fd, .status_fd = status_pipe[1], .go_fd = go_pipe[0],
+			.ws_fd = ws_fd, .report_fd = err_pipe[1],
+		};
 
-		sigprocmask(SIG_SETMASK, &old, NULL);
-		signal(SIGPIPE, SIG_DFL);
-		if (dup2(stdin_fd, 0) < 0 || dup2(bwrap_err[1], 2) < 0 || clear_cloexec(err_copy) < 0)
-			goto child_fail;
-		if (clear_cloexec(args_fd) < 0 || clear_cloexec(seccomp_fd) < 0 || clear_cloexec(status_pipe[1]) < 0 ||
-		    clear_cloexec(go_pipe[0]) < 0 || clear_cloexec(ws_fd) < 0)
-			goto child_fail;
-		for (size_t i = 0; i < c->n_exposes; i++)
-			if (clear_cloexec(c->exposes[i].fd) < 0)
-				goto child_fail;
-		/* the cgroup move happens in the parent, while bwrap sets up; the helper waits for it */
-		execve(s->bwrap, bargv, s->env);
-child_fail:
-		e = errno ? errno : EIO;
-		(void)!write(err_pipe[1], &e, sizeof(e));
-		_exit(LAUNCH_EXIT_FAILURE);
+		pid = spawn_bwrap(&ch);
+	}
+	if (pid < 0) {
+		r = log_error_errno(pid, "cannot fork");
+		goto out_mask;
 	}
 	close(err_pipe[1]);
 	err_pipe[1] = -1;
@@ -712,8 +810,12 @@ child_fail:
 					strcpy(errbuf, "no message");
 				errbuf[sizeof(res->setup_error) - 1] = 0;
 				memcpy(res->setup_error, errbuf, strlen(errbuf) + 1);
-				/* a mount below / went away while bwrap copied the tree (another session's view) */
-				res->retryable = strstr(errbuf, "mount") && strstr(errbuf, "No such file or directory");
+				/*
+				 * a mount below / went away while bwrap copied the tree (another
+				 * session's view): ENOENT, or EINVAL when it was detached meanwhile
+				 */
+				res->retryable = strstr(errbuf, "Unable to apply mount flags") ||
+						 (strstr(errbuf, "mount") && strstr(errbuf, "No such file or directory"));
 				err_len = 0;
 			}
 		}
@@ -737,48 +839,114 @@ out:
 	return r;
 }
 
+/* Signal abbreviations (what sigabbrev_np gives, which not every libc has). */
+static const char *const signal_names[] = {
+	[SIGHUP] = "HUP", [SIGINT] = "INT", [SIGQUIT] = "QUIT", [SIGILL] = "ILL", [SIGTRAP] = "TRAP",
+	[SIGABRT] = "ABRT", [SIGBUS] = "BUS", [SIGFPE] = "FPE", [SIGKILL] = "KILL", [SIGUSR1] = "USR1",
+	[SIGSEGV] = "SEGV", [SIGUSR2] = "USR2", [SIGPIPE] = "PIPE", [SIGALRM] = "ALRM", [SIGTERM] = "TERM",
+	[SIGSTKFLT] = "STKFLT", [SIGCHLD] = "CHLD", [SIGCONT] = "CONT", [SIGSTOP] = "STOP", [SIGTSTP] = "TSTP",
+	[SIGTTIN] = "TTIN", [SIGTTOU] = "TTOU", [SIGURG] = "URG", [SIGXCPU] = "XCPU", [SIGXFSZ] = "XFSZ",
+	[SIGVTALRM] = "VTALRM", [SIGPROF] = "PROF", [SIGWINCH] = "WINCH", [SIGIO] = "IO", [SIGPWR] = "PWR",
+	[SIGSYS] = "SYS",
+};
+
+/* Appends @v as a JSON string (quotes, backslashes and control characters escaped). */
+static void json_put_string(FILE *f, const char *v)
+{
+	fputc('"', f);
+	for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			fprintf(f, "\\%c", *p);
+		else if (*p < 0x20)
+			fprintf(f, "\\u%04x", *p);
+		else
+			fputc(*p, f);
+	}
+	fputc('"', f);
+}
+
+/*
+ * The result line. Written by hand, not with cJSON: the fields are fixed
+ * and this keeps the JSON library off the per-run path.
+ */
 static int print_json(const struct launch_config *c, const struct run_state *s, const struct run_result *res)
 {
-	_cleanup_json_ cJSON *o = cJSON_CreateObject();
-	_cleanup_cjson_str_ char *text = NULL;
 	_cleanup_free_ char *line = NULL;
-	char sig[32];
+	size_t len = 0;
+	FILE *f;
 	int fd = c->json_fd >= 0 ? c->json_fd : STDOUT_FILENO;
 
-	if (!o)
+	f = open_memstream(&line, &len);
+	if (!f)
 		return -ENOMEM;
 	if (res->exited)
-		cJSON_AddNumberToObject(o, "exit_code", res->exit_code);
+		fprintf(f, "{\"exit_code\":%d", res->exit_code);
 	else
-		cJSON_AddNullToObject(o, "exit_code");
-	if (res->signal) {
-		const char *abbrev = sigabbrev_np(res->signal);
-
-		if (abbrev)
-			snprintf(sig, sizeof(sig), "SIG%s", abbrev);
-		else
-			snprintf(sig, sizeof(sig), "%d", res->signal);
-		cJSON_AddStringToObject(o, "signal", sig);
-	} else {
-		cJSON_AddNullToObject(o, "signal");
+		fputs("{\"exit_code\":null", f);
+	fputs(",\"signal\":", f);
+	if (res->signal > 0 && (size_t)res->signal < ARRAY_SIZE(signal_names) && signal_names[res->signal])
+		fprintf(f, "\"SIG%s\"", signal_names[res->signal]);
+	else if (res->signal)
+		fprintf(f, "\"%d\"", res->signal);
+	else
+		fputs("null", f);
+	fprintf(f, ",\"timed_out\":%s,\"cancelled\":%s,\"oom_killed\":%s", res->timed_out ? "true" : "false",
+		res->cancelled ? "true" : "false", res->oom_killed ? "true" : "false");
+	fprintf(f, ",\"wall_time_ms\":%.15g,\"cpu_time_ms\":%.15g", round(res->wall_ms * 1000) / 1000,
+		round(res->cpu_ms * 1000) / 1000);
+	fprintf(f, ",\"peak_memory_bytes\":%llu,\"uid\":%u,\"cgroup\":\"%s\"", (unsigned long long)res->peak_bytes,
+		(unsigned)s->uid, s->cg.version == LAUNCH_CGROUP_V2 ? "v2" : "v1");
+	if (s->session_dir) {
+		fputs(",\"session_dir\":", f);
+		json_put_string(f, s->session_dir);
 	}
-	cJSON_AddBoolToObject(o, "timed_out", res->timed_out);
-	cJSON_AddBoolToObject(o, "cancelled", res->cancelled);
-	cJSON_AddBoolToObject(o, "oom_killed", res->oom_killed);
-	cJSON_AddNumberToObject(o, "wall_time_ms", round(res->wall_ms * 1000) / 1000);
-	cJSON_AddNumberToObject(o, "cpu_time_ms", round(res->cpu_ms * 1000) / 1000);
-	json_add_u64(o, "peak_memory_bytes", res->peak_bytes);
-	cJSON_AddNumberToObject(o, "uid", s->uid);
-	cJSON_AddStringToObject(o, "cgroup", s->cg.version == LAUNCH_CGROUP_V2 ? "v2" : "v1");
-	if (s->session_dir)
-		cJSON_AddStringToObject(o, "session_dir", s->session_dir);
-	text = cJSON_PrintUnformatted(o);
-	if (!text)
+	fputs("}\n", f);
+	if (fclose(f) != 0 || !line)
 		return -ENOMEM;
-	if (asprintf(&line, "%s\n", text) < 0)
-		return -ENOMEM;
-	return write_full(fd, line, strlen(line));
+	return write_full(fd, line, len);
 }
+
+/* The lite build's cached program, loaded before it decided to run here. */
+static int preloaded_seccomp_fd = -1;
+
+#ifdef LAUNCH_LITE
+/* Hands the whole command line to the glibc build (next to us, or installed). Returns only on failure. */
+static int exec_full(char **argv)
+{
+	_cleanup_free_ char *full = NULL;
+
+	if (find_sibling("draftbox-run-full", &full) < 0 &&
+	    asprintf(&full, "%s/draftbox-run-full", DRAFTBOX_LIBEXECDIR) < 0)
+		return log_oom();
+	log_debug("handing over to '%s'", full);
+	execv(full, argv);
+	return log_error_errno(-errno, "cannot run '%s'", full);
+}
+
+/*
+ * The musl build runs the common case itself: a valid cached seccomp
+ * program. The probe and a cache miss (which needs libseccomp) go to
+ * draftbox-run-full with the same command line; nothing has been touched
+ * yet. Returns 0 to go on here, or -errno.
+ */
+static int lite_dispatch(const struct launch_config *c, char **argv)
+{
+	_cleanup_free_ char *cache_dir = NULL;
+	int fd;
+
+	if (c->probe)
+		return exec_full(argv);
+	if (asprintf(&cache_dir, "%s/seccomp", c->runtime_dir) < 0)
+		return log_oom();
+	fd = launch_seccomp_fd(cache_dir, c->profile, c->share_net);
+	if (fd == -ENOPKG)
+		return exec_full(argv);
+	if (fd < 0)
+		return log_error_errno(fd, "cannot read the seccomp filter");
+	preloaded_seccomp_fd = fd;
+	return 0;
+}
+#endif
 
 int launch_run(struct launch_config *c)
 {
@@ -948,7 +1116,10 @@ int launch_run(struct launch_config *c)
 		goto out;
 	}
 	log_debug("t=%.3fms before seccomp", now_ms() - t0);
-	seccomp_fd = launch_seccomp_fd(cache_dir, c->profile, c->share_net);
+	if (preloaded_seccomp_fd >= 0)
+		seccomp_fd = TAKE_FD(preloaded_seccomp_fd);
+	else
+		seccomp_fd = launch_seccomp_fd(cache_dir, c->profile, c->share_net);
 	if (seccomp_fd < 0) {
 		r = log_error_errno(seccomp_fd, "cannot build the seccomp filter");
 		goto out;
@@ -984,7 +1155,7 @@ int launch_run(struct launch_config *c)
 	/* bwrap is gone, so its pid namespace is: what is left is still exiting */
 	if (!launch_cgroup_wait_empty(&s.cg, 20000))
 		(void)launch_cgroup_kill_all(&s.cg, 2000);
-	reap_orphans(s.draftfs_pid);
+	reap_orphans(s.draftfs_pid, 5000);
 	launch_cgroup_stats(&s.cg, &peak, &ooms, &cpu_ns);
 	if (peak)
 		res.peak_bytes = peak;
@@ -1055,25 +1226,36 @@ int launch_main(int argc, char **argv)
 		launch_config_free(&c);
 		return r > 0 ? 0 : LAUNCH_EXIT_FAILURE;
 	}
+	if (c.verbose)
+		log_set_max_level(LOG_LEVEL_DEBUG);
+#ifdef LAUNCH_LITE
+	if (lite_dispatch(&c, argv) < 0) {
+		launch_config_free(&c);
+		return LAUNCH_EXIT_FAILURE;
+	}
+#endif
 	/* fds the caller gave us are ours alone: nothing we start inherits them */
 	if (c.json_fd >= 0 && fcntl(c.json_fd, F_SETFD, FD_CLOEXEC) < 0) {
 		log_error_errno(-errno, "bad --json-fd %d", c.json_fd);
 		launch_config_free(&c);
 		return LAUNCH_EXIT_FAILURE;
 	}
-	if (c.verbose)
-		log_set_max_level(LOG_LEVEL_DEBUG);
 	if (geteuid() != 0) {
 		log_error("draftbox-run must run as root (it creates cgroups and drops to a pool uid)");
 		launch_config_free(&c);
 		return LAUNCH_EXIT_FAILURE;
 	}
 	if (c.probe) {
+#ifdef LAUNCH_LITE
+		status = LAUNCH_EXIT_FAILURE; /* lite_dispatch() hands the probe over */
+#else
 		r = launch_probe(&c);
 		status = r == 0 ? 0 : 1;
+#endif
 	} else {
 		status = launch_run(&c);
 	}
+	preloaded_seccomp_fd = safe_close(preloaded_seccomp_fd);
 	launch_config_free(&c);
 	return status;
 }

@@ -10,12 +10,18 @@
  * (rules, profile, network, arch, libseccomp version) in a root-owned 0700
  * directory and verified (owner, mode, magic, key, checksum) before use.
  * Anything wrong with the cache means "compile again", never "run without".
+ *
+ * Built with LAUNCH_LITE (the musl draftbox-run, see meson.build) only the
+ * cache half is here: a miss is -ENOPKG, and draftbox-run hands the run
+ * to draftbox-run-full, which compiles and stores the program.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/sched.h>
 #include <sched.h>
+#ifndef LAUNCH_LITE
+#include <linux/sched.h>
 #include <seccomp.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +39,6 @@
 /* Bump when the rule code below changes in a way the tables do not show. */
 #define RULES_VERSION "draftbox-seccomp-3"
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(scmp_filter_ctx, seccomp_release)
 
 /* Allowed without conditions in both profiles. */
 static const char *const allow_common[] = {
@@ -91,6 +96,9 @@ static const char *const allow_balanced[] = {
 	"ioprio_set", "fanotify_mark", "process_mrelease",
 	NULL
 };
+
+#ifndef LAUNCH_LITE
+DEFINE_TRIVIAL_CLEANUP_FUNC(scmp_filter_ctx, seccomp_release)
 
 /* personality() values: strict allows PER_LINUX and the query. */
 static const unsigned long personality_strict[] = { 0x0, 0xffffffff };
@@ -229,6 +237,8 @@ int launch_seccomp_compile_fd(enum launch_profile profile, bool share_net)
 	return TAKE_FD(fd);
 }
 
+#endif /* !LAUNCH_LITE */
+
 static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
 {
 	const unsigned char *p = data;
@@ -248,12 +258,31 @@ static uint64_t hash_str(uint64_t h, const char *s)
 /* The cache key: everything the program depends on. */
 static uint64_t cache_key(enum launch_profile profile, bool share_net)
 {
-	const struct scmp_version *v = seccomp_version();
 	char buf[128];
 	uint64_t h = 0xcbf29ce484222325ULL;
 
+#ifdef LAUNCH_LITE
+	/*
+	 * What the full build reads from libseccomp at run time, as known
+	 * when this was built. Should libseccomp change under us, the keys
+	 * differ: every run is a miss and goes to draftbox-run-full, which is
+	 * slower but never wrong.
+	 */
+#if defined(__x86_64__) && !defined(__ILP32__)
+	const unsigned arch = 0xc000003eU; /* AUDIT_ARCH_X86_64 */
+#elif defined(__aarch64__)
+	const unsigned arch = 0xc00000b7U; /* AUDIT_ARCH_AARCH64 */
+#else
+	const unsigned arch = 0; /* unknown here: never matches, always the full build */
+#endif
+	snprintf(buf, sizeof(buf), "%s|%d|%d|%s|%u", RULES_VERSION, (int)profile, (int)share_net,
+		 LAUNCH_LIBSECCOMP_VERSION, arch);
+#else
+	const struct scmp_version *v = seccomp_version();
+
 	snprintf(buf, sizeof(buf), "%s|%d|%d|%u.%u.%u|%u", RULES_VERSION, (int)profile, (int)share_net,
 		 v->major, v->minor, v->micro, seccomp_arch_native());
+#endif
 	h = hash_str(h, buf);
 	for (const char *const *s = allow_common; *s; s++)
 		h = hash_str(h, *s);
@@ -319,6 +348,7 @@ static int cache_load(int dir_fd, const char *name, uint64_t key)
 	return TAKE_FD(fd);
 }
 
+#ifndef LAUNCH_LITE
 /* Stores the program in @prog_fd (at offset 0) under @name, atomically. */
 static int cache_store(int dir_fd, const char *name, uint64_t key, int prog_fd)
 {
@@ -355,6 +385,7 @@ static int cache_store(int dir_fd, const char *name, uint64_t key, int prog_fd)
 	}
 	return 0;
 }
+#endif
 
 int launch_seccomp_fd(const char *cache_dir, enum launch_profile profile, bool share_net)
 {
@@ -372,10 +403,15 @@ int launch_seccomp_fd(const char *cache_dir, enum launch_profile profile, bool s
 				return fd;
 		}
 	}
+#ifdef LAUNCH_LITE
+	(void)prog;
+	return -ENOPKG;
+#else
 	prog = launch_seccomp_compile_fd(profile, share_net);
 	if (prog < 0)
 		return prog;
 	if (dir_fd >= 0)
 		(void)cache_store(dir_fd, name, key, prog); /* best effort: a failed store only costs time */
 	return TAKE_FD(prog);
+#endif
 }

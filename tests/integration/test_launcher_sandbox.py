@@ -188,7 +188,7 @@ def test_environment_is_filtered(box):
     # /proc/1/environ is bwrap's environment: read it from the host, where we can
     marker = f"marker-{os.getpid()}"
     p = subprocess.Popen([box_run_path(), "--workspace", box.ws, "--mode", "ro", "--", "sh", "-c",
-                          f"echo up; exec sleep 30 {marker}"], env=env, stdout=subprocess.PIPE,
+                          "echo up; exec sleep 30", marker], env=env, stdout=subprocess.PIPE,
                          stdin=subprocess.DEVNULL)
     try:
         assert p.stdout.readline() == b"up\n"
