@@ -6,6 +6,13 @@ draftfs mount over the same lower layers; every result (errno or data) and
 the final merged trees must match. Then the kernel mounts draftfs's upper
 over the same lowers and must show exactly the tree draftfs showed.
 
+Operations: create, write, append, pwrite, truncate, read, mkdir, rmdir,
+unlink, rename (plain, RENAME_NOREPLACE, RENAME_EXCHANGE; files and dirs,
+lower ones included), symlink, link, chmod, utimensat, set/remove/list user
+xattrs (and that trusted.overlay.* never shows), readdir, lstat, readlink,
+mkfifo, mknod of a whiteout lookalike (refused), and fds held open across
+other operations (pwrite, pread, ftruncate, fstat through them).
+
 Paths are resolved with openat2(RESOLVE_IN_ROOT) against each mount root,
 so the hostile symlinks in the lowers (/etc, `..` chains, /) stay inside the
 view and the test itself never touches the host.
@@ -22,8 +29,11 @@ Known legitimate differences (and only these) are handled:
   (except right after utimensat, and in the kernel-over-draftfs-upper check).
 
 Seeds: DRAFTFS_DIFF_SEEDS="1,2,3" (default three fixed ones), operations per
-seed: DRAFTFS_SOAK_OPS (default 2000). A failure names the seed and the op
-index; rerun with DRAFTFS_DIFF_SEEDS=<seed> DRAFTFS_SOAK_OPS=<index+1>.
+seed: DRAFTFS_SOAK_OPS (default 2000); DRAFTFS_DIFF_STATS=1 prints how often
+each op/result occurred. A failure names the seed and the op index; rerun
+with DRAFTFS_DIFF_SEEDS=<seed> DRAFTFS_SOAK_OPS=<index+1>, or shrink it to
+a few ops with fsdiff_reduce.py <seed> <index+1>. DRAFTFS_IMPL=kernel runs
+the harness against the kernel itself, which must pass any seed.
 """
 import errno
 import hashlib
@@ -53,9 +63,18 @@ class Side:
     def __init__(self, root):
         self.root = root
         self.rootfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.held = {}  # slot -> fd kept open across operations
 
     def close(self):
+        for fd in self.held.values():
+            os.close(fd)
+        self.held.clear()
         os.close(self.rootfd)
+
+    def fd(self, slot):
+        if slot not in self.held:
+            raise OSError(errno.EBADF, "slot not open")
+        return self.held[slot]
 
     def parent(self, path):
         d, base = os.path.split(path)
@@ -283,13 +302,42 @@ def op_mknod(s, path, kind):
         os.close(fd)
 
 
+def op_hold(s, slot, path):
+    """Opens @path read-write (a copy-up on both sides) and keeps the fd in @slot."""
+    if slot in s.held:
+        os.close(s.held.pop(slot))
+    s.held[slot] = s.open(path, os.O_RDWR)
+
+
+def op_fdwrite(s, slot, off, data):
+    return os.pwrite(s.fd(slot), data, off)
+
+
+def op_fdread(s, slot):
+    fd = s.fd(slot)
+    return digest(os.pread(fd, 1 << 20, 0))
+
+
+def op_fdtrunc(s, slot, size):
+    os.ftruncate(s.fd(slot), size)
+
+
+def op_fdstat(s, slot):
+    return os.fstat(s.fd(slot))
+
+
+def op_fdclose(s, slot):
+    os.close(s.held.pop(slot, None) if slot in s.held else s.fd(slot))
+
+
 OPS_TABLE = {
     "create": op_create, "write": op_write, "append": op_append, "pwrite": op_pwrite,
     "truncate": op_truncate, "read": op_read, "mkdir": op_mkdir, "rmdir": op_rmdir,
     "unlink": op_unlink, "rename": op_rename, "symlink": op_symlink, "link": op_link,
     "chmod": op_chmod, "utime": op_utime, "setxattr": op_setxattr, "removexattr": op_removexattr,
     "getxattrs": op_getxattrs, "readdir": op_readdir, "stat": op_stat, "readlink": op_readlink,
-    "mknod": op_mknod,
+    "mknod": op_mknod, "hold": op_hold, "fdwrite": op_fdwrite, "fdread": op_fdread, "fdtrunc": op_fdtrunc,
+    "fdstat": op_fdstat, "fdclose": op_fdclose,
 }
 
 
@@ -353,8 +401,9 @@ class Generator:
         k = r.choices(
             ["create", "write", "append", "pwrite", "truncate", "read", "mkdir", "rmdir", "unlink",
              "rename", "symlink", "link", "chmod", "utime", "setxattr", "removexattr", "getxattrs",
-             "readdir", "stat", "readlink", "mknod"],
-            [4, 6, 5, 5, 4, 6, 5, 3, 5, 12, 3, 3, 3, 3, 3, 2, 2, 5, 6, 2, 1])[0]
+             "readdir", "stat", "readlink", "mknod", "hold", "fdwrite", "fdread", "fdtrunc", "fdstat",
+             "fdclose"],
+            [4, 6, 5, 5, 4, 6, 5, 3, 5, 12, 3, 3, 3, 3, 3, 2, 2, 5, 6, 2, 1, 3, 3, 3, 1, 3, 1])[0]
         if k == "create":
             return (k, self.path("fdl", 0.3), r.choice([0, os.O_EXCL, os.O_TRUNC]), r.choice([0o644, 0o600, 0o755]))
         if k == "write":
@@ -402,6 +451,15 @@ class Generator:
             return (k, self.path("l", 0.9))
         if k == "mknod":
             return (k, self.path("fdl", 0.2), r.choice(["fifo", "whiteout"]))
+        slot = r.randrange(4)
+        if k == "hold":
+            return (k, slot, self.path("fl", 0.9))
+        if k == "fdwrite":
+            return (k, slot, r.randrange(0, 70000), self.data())
+        if k == "fdtrunc":
+            return (k, slot, r.choice([0, 10, r.randrange(0, 100000)]))
+        if k in ("fdread", "fdstat", "fdclose"):
+            return (k, slot)
         raise AssertionError(k)
 
 
