@@ -305,6 +305,7 @@ int ovl_node_get(struct ovl_node *parent, const char *name, struct ovl_res *res,
 				}
 				free(n->name);
 				n->name = nn;
+				n->removed = false;
 				name_insert(fs, n);
 			}
 			need_apply = atomic_load(&n->stale);
@@ -392,6 +393,7 @@ int ovl_node_set_name(struct ovl_node *n, struct ovl_node *parent, const char *n
 	n->name = nn;
 	parent->refs++;
 	n->parent = parent;
+	n->removed = false;
 	name_insert(fs, n);
 	if (oldparent) {
 		oldparent->refs--;
@@ -429,6 +431,7 @@ void ovl_node_unhash_name(struct ovl_node *n, bool also_identity)
 {
 	pthread_mutex_lock(&ovl_fs->table_lock);
 	name_unlink(ovl_fs, n);
+	n->removed = true;
 	if (also_identity)
 		id_unlink(ovl_fs, n);
 	pthread_mutex_unlock(&ovl_fs->table_lock);
@@ -586,7 +589,8 @@ int ovl_node_parent_name(struct ovl_node *n, struct ovl_node **ret_parent, char 
 	char *name;
 
 	pthread_mutex_lock(&fs->table_lock);
-	if (n == &fs->root || !n->parent || !n->name_hashed) {
+	/* A node whose name slot another node took still knows where it lives; an unlinked one does not. */
+	if (n == &fs->root || !n->parent || n->removed) {
 		pthread_mutex_unlock(&fs->table_lock);
 		return -ESTALE;
 	}
@@ -614,7 +618,7 @@ void ovl_node_maybe_evict(void)
 	over = atomic_load(&fs->n_fds) - fs->fd_budget * 9 / 10;
 	pthread_mutex_lock(&fs->table_lock);
 	for (struct ovl_node *d = fs->all_last; d && cnt < ARRAY_SIZE(batch) && over > 0; d = d->all_prev) {
-		if (!d->name_hashed || (d->upper_fd < 0 && d->lower_fd < 0 && d->n_extra == 0))
+		if (d->removed || (d->upper_fd < 0 && d->lower_fd < 0 && d->n_extra == 0))
 			continue; /* nothing to close, or no name to re-resolve it by */
 		d->refs++; /* pin */
 		batch[cnt++] = d;

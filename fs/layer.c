@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "fdpath.h"
+#include "log.h"
 #include "macro.h"
 #include "ovl.h"
 
@@ -418,6 +419,8 @@ int ovl_node_ensure(struct ovl_node *n)
 		}
 	}
 	pthread_mutex_unlock(&fs->copyup_lock);
+	if (r < 0)
+		log_debug("cannot refresh node '%s': %s", name ? name : "(no name)", strerror(-r));
 	return r == -ENOENT ? -ESTALE : r;
 }
 

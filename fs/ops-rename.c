@@ -33,6 +33,13 @@ static bool node_is_merged_dir(struct ovl_node *n)
 
 static void mark_stale_cb(struct ovl_node *d, void *ud)
 {
+	/*
+	 * Upper non-directories were hard-linked into the copy: their fds
+	 * still name the same inodes (and a hard link elsewhere may be all the
+	 * kernel knows them by). Everything else is re-resolved.
+	 */
+	if (d->type != S_IFDIR && d->upper_fd >= 0)
+		return;
 	atomic_store(&d->stale, true);
 }
 

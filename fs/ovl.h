@@ -111,6 +111,7 @@ struct ovl_node {
 	uint64_t nlookup;           /* table_lock */
 	uint32_t refs;              /* table_lock: children whose ->parent is us */
 	bool id_hashed, name_hashed; /* table_lock */
+	bool removed;                /* table_lock: its name was unlinked (never re-resolve it by name) */
 	mode_t type;                /* S_IFMT, immutable */
 	dev_t key_dev;              /* table_lock (re-keyed on copy-up) */
 	ino_t key_ino;              /* table_lock */
