@@ -284,7 +284,8 @@ int ovl_node_get(struct ovl_node *parent, const char *name, struct ovl_res *res,
 		 */
 		struct ovl_node *m = name_find_locked(fs, parent, name);
 
-		if (m && m->type == type && atomic_load(&m->stale))
+		/* Same object: a directory (re-created by a subtree copy) or a non-dir with the same view inode. */
+		if (m && m->type == type && atomic_load(&m->stale) && (type == S_IFDIR || m->ino == res->ino))
 			n = m;
 	}
 	if (n) {
