@@ -4,8 +4,9 @@
  * stack; a name is shown once (the topmost), whiteouts hide the name in the
  * layers below and are never shown. d_ino matches st_ino: for upper
  * entries of an impure directory (one that holds copied-up entries) the
- * origin record is read. The listing is a snapshot taken at opendir (and
- * again at rewind), like fuse-overlayfs and kernel overlayfs' merge cache.
+ * origin record is read. The listing is a snapshot taken at the first
+ * readdir of an open dir (and again at rewind), like fuse-overlayfs and
+ * kernel overlayfs' merge cache.
  */
 #include <dirent.h>
 #include <errno.h>

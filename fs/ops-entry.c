@@ -763,7 +763,7 @@ const struct fuse_lowlevel_ops ovl_ops = {
 	.open = ovl_op_open,
 	.read = ovl_op_read,
 	.write_buf = ovl_op_write_buf,
-	.flush = ovl_op_flush,
+	/* No .flush: it has nothing to do (writes are not buffered here), and ENOSYS makes the kernel stop sending FLUSH on every close. */
 	.release = ovl_op_release,
 	.fsync = ovl_op_fsync,
 	.opendir = ovl_op_opendir,

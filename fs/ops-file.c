@@ -224,11 +224,6 @@ void ovl_op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in, of
 		fuse_reply_write(req, (size_t)r);
 }
 
-void ovl_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	fuse_reply_err(req, 0);
-}
-
 void ovl_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ovl_fh *fh = (struct ovl_fh *)(uintptr_t)fi->fh;
@@ -284,6 +279,20 @@ void ovl_op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct 
 
 /* ------------------------------------------------------------------ directories */
 
+/* Checks that directory node @n is reachable in the layers (fresh, with a layer fd) without listing it. */
+static int dir_check(struct ovl_node *n)
+{
+	int r;
+
+	r = ovl_node_rdlock_fresh(n);
+	if (r < 0)
+		return r;
+	if (n->upper_fd < 0 && n->lower_fd < 0)
+		r = -ESTALE;
+	pthread_rwlock_unlock(&n->lock);
+	return r;
+}
+
 void ovl_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ovl_dir *d = calloc(1, sizeof(*d));
@@ -295,7 +304,13 @@ void ovl_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	pthread_mutex_init(&d->lock, NULL);
-	r = ovl_dir_load(ovl_node_from_ino(ino), d);
+	/*
+	 * The listing itself is read by the first readdir at offset 0: the
+	 * kernel sends OPENDIR even when it serves the entries from its
+	 * cache (cache_readdir below), so a load here would be wasted then,
+	 * and read twice otherwise. Only check that the dir is reachable.
+	 */
+	r = dir_check(ovl_node_from_ino(ino));
 	if (r < 0) {
 		pthread_mutex_destroy(&d->lock);
 		free(d);

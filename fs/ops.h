@@ -60,7 +60,6 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 void ovl_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
 void ovl_op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *bufv, off_t off,
 		      struct fuse_file_info *fi);
-void ovl_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void ovl_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void ovl_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
 void ovl_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
