@@ -37,7 +37,7 @@ static char *cache_mountinfo, *cache_cgroup;
 static FILE *open_cached(const char *path, char **slot, bool cgroup_lines_only)
 {
 	if (!*slot) {
-		_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+		_cleanup_close_ int fd = openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
 		_cleanup_free_ char *all = NULL;
 		size_t n;
 
@@ -156,7 +156,7 @@ static int write_file(const char *dir, const char *file, const char *value)
 	char path[4096];
 
 	snprintf(path, sizeof(path), "%s/%s", dir, file);
-	fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+	fd = openat(AT_FDCWD, path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return -errno;
 	if (write(fd, value, strlen(value)) < 0)
@@ -164,15 +164,31 @@ static int write_file(const char *dir, const char *file, const char *value)
 	return 0;
 }
 
+/*
+ * Reads a cgroup file. Nearly all are a few bytes: those go through a
+ * stack buffer (no large allocation, which a static musl build pays for
+ * with mmap/munmap); a big one is read again from the start.
+ */
 static int read_file(const char *dir, const char *file, char **ret)
 {
 	_cleanup_close_ int fd = -1;
-	char path[4096];
+	char path[4096], small[1024];
+	ssize_t k, more;
 	size_t n;
 
 	snprintf(path, sizeof(path), "%s/%s", dir, file);
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	fd = openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
+		return -errno;
+	k = read(fd, small, sizeof(small));
+	if (k < 0)
+		return -errno;
+	more = k > 0 && (size_t)k < sizeof(small) ? read(fd, path, 1) : (k == 0 ? 0 : 1);
+	if (more == 0) {
+		*ret = strndup(small, (size_t)k);
+		return *ret ? 0 : -ENOMEM;
+	}
+	if (lseek(fd, 0, SEEK_SET) < 0)
 		return -errno;
 	return read_full_fd(fd, 1 << 22, ret, &n);
 }
@@ -516,7 +532,7 @@ static int attach_walk(const struct launch_cgroup *cg, pid_t pid, unsigned depth
 		return -ELOOP;
 	/* read after the move: a child forked later was born in the cgroup */
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT ? 0 : -errno;
 	r = read_full_fd(fd, 1 << 16, &kids, &n);

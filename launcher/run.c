@@ -270,7 +270,7 @@ static int mount_view(struct run_state *s)
 	if (pid < 0)
 		return log_error_errno(-errno, "cannot fork");
 	if (pid == 0) {
-		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+		int null = openat(AT_FDCWD, "/dev/null", O_RDWR | O_CLOEXEC);
 
 		if (null >= 0)
 			dup2(null, 0), dup2(null, 1);
@@ -344,7 +344,7 @@ static bool reap_others(pid_t keep)
 	int fd, r;
 
 	snprintf(path, sizeof(path), "/proc/self/task/%d/children", (int)syscall(SYS_gettid));
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return false;
 	r = read_full_fd(fd, 1 << 16, &kids, &n);
@@ -577,7 +577,7 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 		goto out;
 	}
 	plan.err_fd = err_copy;
-	ws_fd = open(plan.ws_source, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	ws_fd = openat(AT_FDCWD, plan.ws_source, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (ws_fd < 0) {
 		r = log_error_errno(-errno, "cannot open workspace '%s'", plan.ws_source);
 		goto out;
@@ -1014,7 +1014,7 @@ int launch_run(struct launch_config *c)
 
 	/* stdin */
 	if (c->input) {
-		stdin_fd = open(c->input, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+		stdin_fd = openat(AT_FDCWD, c->input, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 		if (stdin_fd < 0) {
 			r = log_error_errno(-errno, "cannot open input '%s'", c->input);
 			goto out;
@@ -1026,7 +1026,7 @@ int launch_run(struct launch_config *c)
 			goto out;
 		}
 	} else {
-		stdin_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		stdin_fd = openat(AT_FDCWD, "/dev/null", O_RDONLY | O_CLOEXEC);
 		if (stdin_fd < 0) {
 			r = log_error_errno(-errno, "cannot open /dev/null");
 			goto out;

@@ -307,7 +307,7 @@ static int cache_dir_open(const char *dir)
 
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
 		return -errno;
-	fd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(AT_FDCWD, dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	if (fstat(fd, &st) < 0)

@@ -27,7 +27,7 @@ static int pool_dir_open(const char *dir)
 
 	if (!dir || dir[0] != '/')
 		return -EINVAL;
-	fd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(AT_FDCWD, dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT) {
 		/* mkdir -p, parents 0755, the pool dir itself 0700 */
 		copy = strdup(dir);
@@ -43,7 +43,7 @@ static int pool_dir_open(const char *dir)
 		}
 		if (mkdir(dir, 0700) < 0 && errno != EEXIST)
 			return -errno;
-		fd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		fd = openat(AT_FDCWD, dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	}
 	if (fd < 0)
 		return -errno;
