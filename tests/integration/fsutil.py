@@ -7,7 +7,10 @@ there yet) or "kernel" (kernel overlayfs against itself: a self-check of
 the harness, which must then find no difference at all).
 Every mount made here is unmounted at teardown, with umount -l as the last
 resort, and FUSE daemons run in the foreground (-f) as our children, so a
-test can kill them and their stderr (ASan/UBSan reports) is checked.
+test can kill them and their stderr (ASan/UBSan reports) is checked: a
+daemon must exit 0 with no sanitizer report once unmounted. Importing this
+module moves the test process into a private mount namespace (see
+_private_mount_namespace), so nothing it mounts is visible on the host.
 """
 import ctypes
 import errno
