@@ -268,6 +268,7 @@ static int copy_up_locked(struct ovl_node *n, off_t size)
 	char tmp[64], origin[256];
 	struct stat st;
 	unsigned layer;
+	bool split_link;
 	int r;
 
 	r = ovl_node_ensure(n);
@@ -300,6 +301,10 @@ static int copy_up_locked(struct ovl_node *n, off_t size)
 			return r;
 	}
 	ovl_origin_format(origin, sizeof(origin), layer, &st);
+	/* A lower hard link is split by the copy: like the kernel (index=off), it gets its own st_ino. */
+	split_link = !S_ISDIR(st.st_mode) && st.st_nlink > 1;
+	if (split_link)
+		strcat(origin, " new");
 	ovl_tmp_name(tmp);
 	r = create_copy(fs->workwork_fd, tmp, lfd, &st, size, origin);
 	if (r >= 0 && S_ISDIR(st.st_mode))
@@ -314,8 +319,11 @@ static int copy_up_locked(struct ovl_node *n, off_t size)
 	if (ufd < 0)
 		return -errno;
 	ovl_mark_impure(pfd);
-	if (fstatat(ufd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0)
+	if (fstatat(ufd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0) {
 		ovl_node_rekey(n, st.st_dev, st.st_ino);
+		if (split_link)
+			ovl_node_set_ino(n, st.st_ino);
+	}
 
 	pthread_rwlock_wrlock(&n->lock);
 	n->upper_fd = TAKE_FD(ufd);

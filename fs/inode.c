@@ -420,6 +420,13 @@ void ovl_node_rekey(struct ovl_node *n, dev_t dev, ino_t ino)
 	pthread_mutex_unlock(&fs->table_lock);
 }
 
+void ovl_node_set_ino(struct ovl_node *n, ino_t ino)
+{
+	pthread_mutex_lock(&ovl_fs->table_lock);
+	n->ino = ino;
+	pthread_mutex_unlock(&ovl_fs->table_lock);
+}
+
 void ovl_node_unhash(struct ovl_node *n)
 {
 	pthread_mutex_lock(&ovl_fs->table_lock);

@@ -115,7 +115,7 @@ struct ovl_node {
 	mode_t type;                /* S_IFMT, immutable */
 	dev_t key_dev;              /* table_lock (re-keyed on copy-up) */
 	ino_t key_ino;              /* table_lock */
-	ino_t ino;                  /* immutable: the view's st_ino */
+	ino_t ino;                  /* the view's st_ino (changes only when a lower hard link is copied up) */
 
 	pthread_rwlock_t lock;
 	/* Below: read under lock (shared); changed with lock exclusive AND copyup_lock held. */
@@ -227,6 +227,9 @@ void ovl_node_forget(struct ovl_node *n, uint64_t count);
 int ovl_node_set_name(struct ovl_node *n, struct ovl_node *parent, const char *name);
 /* Re-keys @n under the identity of its new upper object (after copy-up or replacement). */
 void ovl_node_rekey(struct ovl_node *n, dev_t dev, ino_t ino);
+
+/* Changes the view's st_ino of @n (a split lower hard link after copy-up). */
+void ovl_node_set_ino(struct ovl_node *n, ino_t ino);
 
 /* Removes @n from the identity and name hashes (after its last link is gone). */
 void ovl_node_unhash(struct ovl_node *n);
