@@ -46,8 +46,10 @@ struct ovl_live {
 	 * root) and maybe below it. The core drops what it cached about @path
 	 * and its subtree (which layer holds it, its fds, negative entries),
 	 * so the next access looks it up again, and invalidates the kernel's
-	 * entry, attribute and page caches for it (libfuse notify). Must not
-	 * be called with quiesce held if the core's notify could block on it.
+	 * entry, attribute and page caches for it (libfuse notify). May be
+	 * called with quiesce held (by the thread that holds it): the core
+	 * then drops its own caches at once and sends the kernel
+	 * notifications from quiesce(false), after releasing the writers.
 	 */
 	void (*changed)(void *userdata, const char *path);
 };

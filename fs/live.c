@@ -15,14 +15,88 @@
 #include "macro.h"
 #include "ovl.h"
 
+/*
+ * Kernel notifications may wait for FUSE requests (e.g. a writer holding
+ * a page lock), and writers wait for the quiesce: so while quiesced,
+ * changed() only drops the core's caches and queues the notifications;
+ * quiesce(false) sends them after letting writers go. Either way they have
+ * been sent when the call that ends the quiesce (or changed()) returns.
+ */
+struct pending_notify {
+	struct pending_notify *next;
+	fuse_ino_t parent; /* inval_entry(parent, name) when name, else inval_inode(parent) */
+	char *name;
+};
+
+static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pending_notify *pending_head, **pending_tail = &pending_head;
+static atomic_bool quiesced;
+
+static void send_notify(struct ovl_fs *fs, fuse_ino_t parent, const char *name)
+{
+	if (!fs->se)
+		return;
+	if (name)
+		(void)fuse_lowlevel_notify_inval_entry(fs->se, parent, name, strlen(name));
+	else
+		(void)fuse_lowlevel_notify_inval_inode(fs->se, parent, 0, 0);
+}
+
+/* Sends now, or queues while quiesced. */
+static void notify(struct ovl_fs *fs, fuse_ino_t parent, const char *name)
+{
+	struct pending_notify *p;
+
+	if (!atomic_load(&quiesced)) {
+		send_notify(fs, parent, name);
+		return;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return; /* the caches expire on their own */
+	p->parent = parent;
+	p->name = name ? strdup(name) : NULL;
+	if (name && !p->name) {
+		free(p);
+		return;
+	}
+	pthread_mutex_lock(&pending_lock);
+	*pending_tail = p;
+	pending_tail = &p->next;
+	pthread_mutex_unlock(&pending_lock);
+}
+
+static void flush_pending(struct ovl_fs *fs)
+{
+	struct pending_notify *p;
+
+	pthread_mutex_lock(&pending_lock);
+	p = pending_head;
+	pending_head = NULL;
+	pending_tail = &pending_head;
+	pthread_mutex_unlock(&pending_lock);
+	while (p) {
+		struct pending_notify *next = p->next;
+
+		send_notify(fs, p->parent, p->name);
+		free(p->name);
+		free(p);
+		p = next;
+	}
+}
+
 void ovl_live_quiesce(void *userdata, bool on)
 {
 	struct ovl_fs *fs = userdata;
 
-	if (on)
+	if (on) {
 		pthread_rwlock_wrlock(&fs->quiesce);
-	else
+		atomic_store(&quiesced, true);
+	} else {
+		atomic_store(&quiesced, false);
 		pthread_rwlock_unlock(&fs->quiesce);
+		flush_pending(fs);
+	}
 }
 
 void ovl_live_changed(void *userdata, const char *path)
@@ -76,16 +150,14 @@ void ovl_live_changed(void *userdata, const char *path)
 	ovl_node_unpin(parent);
 	pthread_mutex_unlock(&fs->copyup_lock);
 
-	/* No lock held: the notifications may wait for the kernel. */
-	if (fs->se) {
-		if (parent_ino && last)
-			(void)fuse_lowlevel_notify_inval_entry(fs->se, parent_ino, last, strlen(last));
-		if (target_ino) {
-			(void)fuse_lowlevel_notify_inval_inode(fs->se, target_ino, 0, 0);
-			/* Its children may have changed too: drop their dentries (the kernel drops their subtrees). */
-			for (size_t i = 0; i < cnt; i++)
-				(void)fuse_lowlevel_notify_inval_entry(fs->se, target_ino, names[i], strlen(names[i]));
-		}
+	/* No lock held: the notifications may wait for the kernel (queued while quiesced). */
+	if (parent_ino && last)
+		notify(fs, parent_ino, last);
+	if (target_ino) {
+		notify(fs, target_ino, NULL);
+		/* Its children may have changed too: drop their dentries (the kernel drops their subtrees). */
+		for (size_t i = 0; i < cnt; i++)
+			notify(fs, target_ino, names[i]);
 	}
 	strv_free(names);
 }
