@@ -214,3 +214,26 @@ def test_split_hard_links_get_distinct_inodes(fsenv):
     m.stop()
     m2 = fsenv.mount_impl(lowers, upper=m.upper, work=m.work, name="again")
     distinct_files_distinct_inodes(m2.path, "after remount")
+
+
+def test_split_hard_links_by_dir_move(fsenv):
+    """Moving a directory that holds a lower hard link copies that file up (draftfs materialises the
+    directory; the kernel makes `mv` copy it): the copy has nlink 1 and an st_ino of its own, while
+    its lower partner keeps both."""
+    fsutil.require_impl()
+    lower = fsenv.dir("lower")
+    os.makedirs(os.path.join(lower, "d", "sub"))
+    with open(os.path.join(lower, "f"), "w") as f:
+        f.write("shared\n")
+    os.link(os.path.join(lower, "f"), os.path.join(lower, "d", "hl"))
+    m = fsenv.mount_impl([lower], name="impl")
+    with pytest.raises(OSError):
+        os.removexattr(os.path.join(m.path, "d", "hl"), "user.none")  # caches hl's attributes
+    os.mkdir(os.path.join(m.path, "x"))
+    r = subprocess.run(["mv", os.path.join(m.path, "d"), os.path.join(m.path, "x", "d2")], capture_output=True)
+    assert r.returncode == 0, r.stderr
+    moved, partner = os.lstat(os.path.join(m.path, "x", "d2", "hl")), os.lstat(os.path.join(m.path, "f"))
+    assert moved.st_nlink == 1, f"the moved copy of a lower hard link shows nlink {moved.st_nlink}"
+    assert partner.st_nlink == 2
+    assert moved.st_ino != partner.st_ino, f"moved 'x/d2/hl' and lower 'f' share st_ino {moved.st_ino}"
+    distinct_files_distinct_inodes(m.path, "after the move")
