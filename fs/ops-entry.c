@@ -612,10 +612,16 @@ static int do_remove(struct ovl_node *p, const char *name, bool dir)
 		}
 		if (dir && res.upper_fd >= 0)
 			(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp); /* the old upper dir, maybe with whiteouts */
-		if (res.upper_fd < 0)
+		if (res.upper_fd < 0) {
 			ovl_quota_add(0, 1); /* a new whiteout */
-		else if (!dir && res.st.st_nlink <= 1)
-			ovl_quota_add(-res.st.st_size, 0);
+		} else if (!dir) {
+			struct stat st;
+
+			/* Other hard links of the replaced upper file keep its node (and nodeid). */
+			keep_identity = fstatat(res.upper_fd, "", &st, AT_EMPTY_PATH) == 0 && st.st_nlink > 0;
+			if (!keep_identity)
+				ovl_quota_add(-res.st.st_size, 0);
+		}
 	} else if (!dir) {
 		struct stat st;
 
