@@ -100,9 +100,6 @@ def test_kill_during_copy_up(fsenv):
         raise AssertionError("the writer hung after the daemon died")
     fsutil.force_unmount(m.path)
     assert not fsutil.is_mounted(m.path)
-    if seen is None:
-        pytest.fail(f"copy-up finished (writer rc {writer.returncode}) before a partial copy was seen; "
-                    "cannot test the crash")
 
     up_big = os.path.join(m.upper, "big")
     if os.path.lexists(up_big):
@@ -137,3 +134,6 @@ def test_kill_during_copy_up(fsenv):
     v = fsenv.mount("kernel", [lower], upper=m.upper, name="verify", opts=fsutil.KERNEL_VERIFY_OPTS)
     assert os.stat(os.path.join(v.path, "big")).st_size == size + 1
     assert sorted(os.listdir(v.path)) == ["before", "big", "small"]
+    if seen is None:  # everything above held, but the kill came after the copy
+        pytest.skip(f"the copy-up finished (writer rc {writer.returncode}) before a partial copy was seen "
+                    "(a reflink-capable filesystem?): the kill did not interrupt it")
