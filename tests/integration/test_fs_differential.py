@@ -28,8 +28,8 @@ Known legitimate differences (and only these) are handled:
 - Not compared at all: st_ino/st_dev, directory sizes and nlink, times
   (except right after utimensat, and in the kernel-over-draftfs-upper check).
 
-Seeds: DRAFTFS_DIFF_SEEDS="1,2,3" (default three fixed ones), operations per
-seed: DRAFTFS_SOAK_OPS (default 2000); DRAFTFS_DIFF_STATS=1 prints how often
+Seeds: DRAFTFS_DIFF_SEEDS="1,2,3" (default: five fixed ones), operations per
+seed: DRAFTFS_SOAK_OPS (default 2500); DRAFTFS_DIFF_STATS=1 prints how often
 each op/result occurred. A failure names the seed and the op index; rerun
 with DRAFTFS_DIFF_SEEDS=<seed> DRAFTFS_SOAK_OPS=<index+1>, or shrink it to
 a few ops with fsdiff_reduce.py <seed> <index+1>. DRAFTFS_IMPL=kernel runs
@@ -46,8 +46,8 @@ import pytest
 import fsutil
 from fsutil import RENAME_EXCHANGE, RENAME_NOREPLACE, fsenv, openat2, renameat2  # noqa: F401
 
-SEEDS = [int(s) for s in os.environ.get("DRAFTFS_DIFF_SEEDS", "11,23,37").split(",")]
-OPS = int(os.environ.get("DRAFTFS_SOAK_OPS", "2000"))
+SEEDS = [int(s) for s in os.environ.get("DRAFTFS_DIFF_SEEDS", "11,23,37,101,113").split(",")]
+OPS = int(os.environ.get("DRAFTFS_SOAK_OPS", "2500"))
 FRESH = ["n0", "n1", "n2", "n3", "n4", "n5", "dd0", "dd1", "dd2"]
 LONG = "x" * 255  # the longest valid name
 XATTRS = ["user.a", "user.b", "user.long." + "z" * 40]
