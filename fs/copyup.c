@@ -534,6 +534,8 @@ static const char *origin_for(const struct ovl_res *res, char *buf, size_t size)
 	if (res->lower_fd < 0 || fstatat(res->lower_fd, "", &lst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
 		return NULL;
 	ovl_origin_format(buf, size, res->lower_layer, &lst);
+	if (!S_ISDIR(lst.st_mode) && lst.st_nlink > 1 && strlen(buf) + 5 < size)
+		strcat(buf, " new"); /* a split lower hard link: its own st_ino, as on copy-up */
 	return buf;
 }
 

@@ -182,7 +182,9 @@ static int take_res(struct ovl_node *n, struct ovl_res *res)
 	n->n_extra = res->n_extra;
 	n->extra = extra;
 	n->opaque = res->opaque;
-	ovl_res_init(res);
+	/* The fds are the node's now; the rest of @res (identity, ino) stays readable. */
+	res->upper_fd = res->lower_fd = -1;
+	res->n_extra = 0;
 	return 0;
 }
 
@@ -199,6 +201,8 @@ void ovl_node_apply(struct ovl_node *n, struct ovl_res *res)
 {
 	if (res->hashable)
 		ovl_node_rekey(n, res->key_dev, res->key_ino);
+	if (res->ino && res->ino != n->ino && n != &ovl_fs->root)
+		ovl_node_set_ino(n, res->ino); /* e.g. a lower hard link split by a subtree copy */
 	pthread_rwlock_wrlock(&n->lock);
 	close_state(n);
 	if (take_res(n, res) < 0)

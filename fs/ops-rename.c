@@ -31,6 +31,13 @@ static bool node_is_merged_dir(struct ovl_node *n)
 	return r;
 }
 
+/* Nodes whose objects a subtree copy replaced: their kernel attributes are dropped after the reply. */
+struct stale_list {
+	fuse_ino_t *v;
+	size_t n, cap;
+};
+static __thread struct stale_list *tl_stale;
+
 static void mark_stale_cb(struct ovl_node *d, void *ud)
 {
 	/*
@@ -41,6 +48,18 @@ static void mark_stale_cb(struct ovl_node *d, void *ud)
 	if (d->type != S_IFDIR && d->upper_fd >= 0)
 		return;
 	atomic_store(&d->stale, true);
+	if (tl_stale) {
+		if (tl_stale->n == tl_stale->cap) {
+			size_t nc = tl_stale->cap ? tl_stale->cap * 2 : 64;
+			fuse_ino_t *nv = realloc(tl_stale->v, nc * sizeof(*nv));
+
+			if (!nv)
+				return; /* their attributes expire on their own */
+			tl_stale->v = nv;
+			tl_stale->cap = nc;
+		}
+		tl_stale->v[tl_stale->n++] = ovl_node_ino(d);
+	}
 }
 
 /* Points @n at the upper directory now at @pfd/@name (opaque, no lower) and marks its subtree stale. */
@@ -370,12 +389,19 @@ out:
 void ovl_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent, const char *newname,
 		   unsigned int flags)
 {
+	struct stale_list stale = { 0 };
 	int r;
 
 	ovl_mutate_begin();
 	pthread_mutex_lock(&ovl_fs->copyup_lock);
+	tl_stale = &stale;
 	r = do_rename(ovl_node_from_ino(parent), name, ovl_node_from_ino(newparent), newname, flags);
+	tl_stale = NULL;
 	pthread_mutex_unlock(&ovl_fs->copyup_lock);
 	ovl_mutate_end();
 	fuse_reply_err(req, -r);
+	/* Copied objects (split lower hard links...) have new attributes; attribute-only invalidation never blocks. */
+	for (size_t i = 0; i < stale.n && ovl_fs->se; i++)
+		(void)fuse_lowlevel_notify_inval_inode(ovl_fs->se, stale.v[i], -1, 0);
+	free(stale.v);
 }

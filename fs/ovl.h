@@ -289,6 +289,8 @@ bool ovl_xattr_is_private(const char *name);
 
 static inline void ovl_res_init(struct ovl_res *r)
 {
+	r->ino = 0;
+	r->hashable = false;
 	r->upper_fd = r->lower_fd = -1;
 	r->n_extra = 0;
 	r->opaque = r->whiteout_in_upper = r->lower_exists = false;
