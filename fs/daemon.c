@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <linux/magic.h>
 #include <signal.h>
 #include <stdio.h>
@@ -378,6 +379,14 @@ int ovl_daemon_main(int argc, char **argv)
 	bool mounted = false;
 
 	log_set_program("draftfs");
+	/*
+	 * One malloc arena: nodes are made and freed by different worker
+	 * threads, and with per-thread arenas the memory a forgotten walk
+	 * freed is not reused by the next one (RSS over 6 walks of 30k
+	 * entries with caches dropped in between: +2.9 MiB, one arena +0.6 MiB).
+	 * The workers spend their time in syscalls, not in malloc.
+	 */
+	mallopt(M_ARENA_MAX, 1);
 	r = ovl_options_parse(argc, argv, &opt, err, sizeof(err));
 	if (r < 0) {
 		if (r == -ENOMEM)
