@@ -96,13 +96,13 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	set_fi_flags(fi);
+	/* Attributes only: takes no lock the open holds, so it is done when open(2) returns. */
+	if (lower_hardlink && ovl_fs->se)
+		(void)fuse_lowlevel_notify_inval_inode(ovl_fs->se, ino, -1, 0);
 	if (fuse_reply_open(req, fi) != 0) {
 		close(fd);
 		free((void *)(uintptr_t)fi->fh);
-		return;
 	}
-	if (lower_hardlink && ovl_fs->se)
-		(void)fuse_lowlevel_notify_inval_inode(ovl_fs->se, ino, -1, 0); /* attributes only */
 }
 
 void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi)

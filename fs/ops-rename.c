@@ -38,6 +38,22 @@ struct stale_list {
 };
 static __thread struct stale_list *tl_stale;
 
+static void mark_stale_attrs(struct ovl_node *d)
+{
+	if (!tl_stale)
+		return;
+	if (tl_stale->n == tl_stale->cap) {
+		size_t nc = tl_stale->cap ? tl_stale->cap * 2 : 64;
+		fuse_ino_t *nv = realloc(tl_stale->v, nc * sizeof(*nv));
+
+		if (!nv)
+			return; /* the attributes expire on their own */
+		tl_stale->v = nv;
+		tl_stale->cap = nc;
+	}
+	tl_stale->v[tl_stale->n++] = ovl_node_ino(d);
+}
+
 static void mark_stale_cb(struct ovl_node *d, void *ud)
 {
 	/*
@@ -48,18 +64,7 @@ static void mark_stale_cb(struct ovl_node *d, void *ud)
 	if (d->type != S_IFDIR && d->upper_fd >= 0)
 		return;
 	atomic_store(&d->stale, true);
-	if (tl_stale) {
-		if (tl_stale->n == tl_stale->cap) {
-			size_t nc = tl_stale->cap ? tl_stale->cap * 2 : 64;
-			fuse_ino_t *nv = realloc(tl_stale->v, nc * sizeof(*nv));
-
-			if (!nv)
-				return; /* their attributes expire on their own */
-			tl_stale->v = nv;
-			tl_stale->cap = nc;
-		}
-		tl_stale->v[tl_stale->n++] = ovl_node_ino(d);
-	}
+	mark_stale_attrs(d);
 }
 
 /* Points @n at the upper directory now at @pfd/@name (opaque, no lower) and marks its subtree stale. */
@@ -179,6 +184,69 @@ static int rename_whiteout(int pfd, const char *name, int npfd, const char *nnam
 		return r;
 	}
 	return 0;
+}
+
+/*
+ * The origin record of what the name @nname hides below (before the rename replaces it): the replaced upper
+ * object's or whiteout's record, else the lower object's. Returns buf, or NULL if there is none.
+ */
+static const char *dst_origin(const struct ovl_res *dst, int npfd, const char *nname, char *buf, size_t size)
+{
+	struct stat lst;
+	ssize_t n = -1;
+
+	if (!dst->lower_exists)
+		return NULL;
+	if (dst->upper_fd >= 0) {
+		n = ovl_fgetxattr(dst->upper_fd, OVL_XATTR_ORIGIN, buf, size - 1);
+	} else if (dst->whiteout_in_upper) {
+		int fd = openat(npfd, nname, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+
+		if (fd >= 0) {
+			n = ovl_fgetxattr(fd, OVL_XATTR_ORIGIN, buf, size - 1);
+			close(fd);
+		}
+	}
+	if (n > 0) {
+		buf[n] = '\0';
+		if (strncmp(buf, "v1 layer=", 9) == 0)
+			return buf;
+	}
+	if (dst->lower_fd >= 0 && fstatat(dst->lower_fd, "", &lst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0) {
+		ovl_origin_format(buf, size, dst->lower_layer, &lst);
+		return buf;
+	}
+	return NULL;
+}
+
+/*
+ * A file moved over a name that hides a lower entry (sed -i, editors' atomic saves) shadows that entry now:
+ * it takes its record, marked " new" unless it is a copy of that very object (then st_ino stays the origin's).
+ */
+static void retarget_origin(int npfd, const char *nname, const char *record)
+{
+	char cur[256], out[300];
+	unsigned long long cdev, cino, ddev, dino;
+	unsigned layer;
+	ssize_t n;
+	bool same = false;
+	int fd = openat(npfd, nname, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	n = ovl_fgetxattr(fd, OVL_XATTR_ORIGIN, cur, sizeof(cur) - 1);
+	if (n > 0) {
+		cur[n] = '\0';
+		same = sscanf(cur, "v1 layer=%u dev=%llu ino=%llu", &layer, &cdev, &cino) == 3 &&
+		       sscanf(record, "v1 layer=%u dev=%llu ino=%llu", &layer, &ddev, &dino) == 3 && cdev == ddev &&
+		       cino == dino && !(n >= 4 && strcmp(cur + n - 4, " new") == 0);
+	}
+	snprintf(out, sizeof(out), "%s", record);
+	n = (ssize_t)strlen(out);
+	if (!same && !(n >= 4 && strcmp(out + n - 4, " new") == 0) && (size_t)n + 5 < sizeof(out))
+		strcat(out, " new");
+	(void)ovl_fsetxattr(fd, OVL_XATTR_ORIGIN, out, strlen(out), 0);
+	close(fd);
 }
 
 static int get_node(struct ovl_node *p, const char *name, struct ovl_node **ret)
@@ -303,14 +371,30 @@ static int do_rename(struct ovl_node *p, const char *name, struct ovl_node *np, 
 
 	if (!src_dir) {
 		unsigned f = dst_upper_entry ? 0 : RENAME_NOREPLACE;
+		char dbuf[256];
+		const char *drec;
 
 		r = ovl_copy_up(sn);
 		if (r < 0)
 			goto out;
+		drec = dst_origin(&dst, npfd, nname, dbuf, sizeof(dbuf));
 		if (src.lower_exists)
 			r = rename_whiteout(pfd, name, npfd, nname, f, &src);
 		else
 			r = renameat2(pfd, name, npfd, nname, f) < 0 ? -errno : 0;
+		if (r >= 0 && drec) {
+			struct ovl_res tmp;
+
+			retarget_origin(npfd, nname, drec);
+			/* Its record may now say " new": take the st_ino it shows from now on. */
+			if (ovl_resolve_in_stack(&(struct ovl_stack){ .upper_fd = npfd }, nname, &tmp) == 0) {
+				if (tmp.ino != sn->ino) {
+					ovl_node_set_ino(sn, tmp.ino);
+					mark_stale_attrs(sn);
+				}
+				ovl_res_done(&tmp);
+			}
+		}
 	} else if (!node_is_merged_dir(sn)) {
 		/* A directory that lives in upper only (or is opaque): move it as is. */
 		if (dst.lower_exists) {
@@ -399,9 +483,13 @@ void ovl_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
 	tl_stale = NULL;
 	pthread_mutex_unlock(&ovl_fs->copyup_lock);
 	ovl_mutate_end();
-	fuse_reply_err(req, -r);
-	/* Copied objects (split lower hard links...) have new attributes; attribute-only invalidation never blocks. */
+	/*
+	 * Copied objects (split lower hard links...) have new attributes. An
+	 * attribute-only invalidation takes no lock a request may hold, so it
+	 * is sent before the reply: when rename(2) returns, stat sees them.
+	 */
 	for (size_t i = 0; i < stale.n && ovl_fs->se; i++)
 		(void)fuse_lowlevel_notify_inval_inode(ovl_fs->se, stale.v[i], -1, 0);
 	free(stale.v);
+	fuse_reply_err(req, -r);
 }
