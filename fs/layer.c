@@ -121,6 +121,12 @@ static bool xattr_is_y(int fd, const char *name)
 	return n == 1 && v[0] == 'y';
 }
 
+/* True if a dir of lower layer @layer is opaque; the bottom layer has nothing below it to hide, so it is not asked. */
+static bool lower_is_opaque(int fd, unsigned layer)
+{
+	return layer + 1 < ovl_fs->n_lower && xattr_is_y(fd, OVL_XATTR_OPAQUE);
+}
+
 static int open_stat(int dir_fd, const char *name, struct stat *st)
 {
 	int fd = openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
@@ -162,9 +168,7 @@ static bool add_lower(struct ovl_res *res, int fd, unsigned layer, const struct 
 		res->st = *st;
 		if (!is_dir)
 			return false;
-		if (xattr_is_y(fd, OVL_XATTR_OPAQUE))
-			return false;
-		return true;
+		return !lower_is_opaque(fd, layer);
 	}
 	if (!is_dir) {
 		close(fd);
@@ -178,7 +182,7 @@ static bool add_lower(struct ovl_res *res, int fd, unsigned layer, const struct 
 		res->extra[res->n_extra].layer = (uint16_t)layer;
 		res->n_extra++;
 	}
-	return !xattr_is_y(fd, OVL_XATTR_OPAQUE);
+	return !lower_is_opaque(fd, layer);
 }
 
 /* Looks @name up in one lower dir. Returns true to continue with the next layer. */

@@ -37,6 +37,21 @@ static int top_fd_dup(struct ovl_node *n, bool *ret_upper)
 	return r;
 }
 
+/* getxattr of @n's top object under its lock (no fd dup: the kernel asks for security.capability before every write). */
+static ssize_t top_getxattr(struct ovl_node *n, const char *name, void *value, size_t size)
+{
+	ssize_t len;
+	int fd, r;
+
+	r = ovl_node_rdlock_fresh(n);
+	if (r < 0)
+		return r;
+	fd = n->upper_fd >= 0 ? n->upper_fd : n->lower_fd;
+	len = fd >= 0 ? ovl_fgetxattr(fd, name, value, size) : -ESTALE;
+	pthread_rwlock_unlock(&n->lock);
+	return len;
+}
+
 static void reply_value(fuse_req_t req, const void *v, size_t len, size_t size)
 {
 	if (size == 0)
@@ -50,7 +65,6 @@ static void reply_value(fuse_req_t req, const void *v, size_t len, size_t size)
 void ovl_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct ovl_node *n = ovl_node_from_ino(ino);
-	_cleanup_close_ int fd = -1;
 	_cleanup_free_ char *buf = NULL;
 	ssize_t len;
 
@@ -64,13 +78,8 @@ void ovl_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t si
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;
 	}
-	fd = top_fd_dup(n, NULL);
-	if (fd < 0) {
-		fuse_reply_err(req, -fd);
-		return;
-	}
 	if (size == 0) {
-		len = ovl_fgetxattr(fd, name, NULL, 0);
+		len = top_getxattr(n, name, NULL, 0);
 		if (len < 0)
 			fuse_reply_err(req, (int)-len);
 		else
@@ -82,7 +91,7 @@ void ovl_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t si
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	len = ovl_fgetxattr(fd, name, buf, MIN(size, (size_t)XATTR_MAX_VALUE));
+	len = top_getxattr(n, name, buf, MIN(size, (size_t)XATTR_MAX_VALUE));
 	if (len < 0)
 		fuse_reply_err(req, (int)-len);
 	else
