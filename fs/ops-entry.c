@@ -205,27 +205,11 @@ static int utimens_fd(int fd, const struct timespec ts[2])
 	return utimensat(AT_FDCWD, p, ts, 0) < 0 ? -errno : 0;
 }
 
-static int do_setattr(struct ovl_node *n, struct stat *attr, int to_set, struct fuse_file_info *fi)
+/* Applies @attr to the upper object @fd (O_PATH; @hfd: an open handle of it or -1). Called with @n's lock held shared. */
+static int setattr_fd(struct ovl_node *n, int fd, int hfd, struct stat *attr, int to_set)
 {
 	const struct ovl_options *o = ovl_fs->opt;
-	_cleanup_close_ int fd = -1;
-	int hfd = fi ? ovl_fh_fd(fi) : -1;
 	int r;
-
-	if (to_set & FUSE_SET_ATTR_SIZE) {
-		if (!S_ISREG(n->type))
-			return n->type == S_IFDIR ? -EISDIR : -EINVAL;
-		r = hfd >= 0 ? ovl_copy_up(n) : ovl_copy_up_size(n, attr->st_size);
-	} else {
-		r = ovl_copy_up(n);
-	}
-	if (r < 0)
-		return r;
-	fd = ovl_node_upper_dup(n);
-	if (fd < 0)
-		return fd;
-	if (hfd >= 0 && ovl_fh_is_lower(fi))
-		hfd = -1; /* opened before the copy-up: use the upper object */
 
 	if (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
 		uid_t uid = (to_set & FUSE_SET_ATTR_UID) ? ovl_idmap_to_disk(&o->uidmap, attr->st_uid) : (uid_t)-1;
@@ -293,6 +277,31 @@ static int do_setattr(struct ovl_node *n, struct stat *attr, int to_set, struct 
 		}
 	}
 	return 0;
+}
+
+static int do_setattr(struct ovl_node *n, struct stat *attr, int to_set, struct fuse_file_info *fi)
+{
+	int hfd = fi ? ovl_fh_fd(fi) : -1;
+	int r;
+
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		if (!S_ISREG(n->type))
+			return n->type == S_IFDIR ? -EISDIR : -EINVAL;
+		r = hfd >= 0 ? ovl_copy_up(n) : ovl_copy_up_size(n, attr->st_size);
+	} else {
+		r = ovl_copy_up(n);
+	}
+	if (r < 0)
+		return r;
+	if (hfd >= 0 && ovl_fh_is_lower(fi))
+		hfd = -1; /* opened before the copy-up: use the upper object */
+	/* The upper fd is used under the node's lock instead of a dup (2 syscalls less per SETATTR); setattr_fd takes no lock. */
+	r = ovl_node_rdlock_fresh(n);
+	if (r < 0)
+		return r;
+	r = n->upper_fd >= 0 ? setattr_fd(n, n->upper_fd, hfd, attr, to_set) : -ENOENT;
+	pthread_rwlock_unlock(&n->lock);
+	return r;
 }
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set, struct fuse_file_info *fi)
