@@ -1321,8 +1321,17 @@ int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, con
 		r = commit_locked(&cm, recovering, ret_error);
 	}
 out:
-	if (live)
+	if (live) {
+		/* changed() before releasing the writers: a writer that waited on
+		 * the quiesce must not reach a committed path through stale state */
+		if (r >= 0 && !opts->dry_run) {
+			if (sel->n == 0)
+				live->changed(live->userdata, "");
+			for (size_t i = 0; i < sel->n; i++)
+				live->changed(live->userdata, sel->v[i]);
+		}
 		live->quiesce(live->userdata, false);
+	}
 	kept = cm.kept;
 	remap_done(&cm);
 	held_done(&cm);
@@ -1337,12 +1346,6 @@ out:
 	safe_close(cm.dir_fd);
 	if (r < 0)
 		return r;
-	if (live && !opts->dry_run) {
-		if (sel->n == 0)
-			live->changed(live->userdata, "");
-		for (size_t i = 0; i < sel->n; i++)
-			live->changed(live->userdata, sel->v[i]);
-	}
 	if (!opts->dry_run && changes->n > 0)
 		notified = ovl_registry_notify(env->layers, sel);
 	res = cJSON_CreateObject();

@@ -379,13 +379,14 @@ out:
 		free(restore_at[i]);
 	free(restore_at);
 	if (env->live) {
-		env->live->quiesce(env->live->userdata, false);
+		/* changed() before releasing the writers (see control.h) */
 		if (r >= 0) {
 			if (sel.n == 0)
 				env->live->changed(env->live->userdata, "");
 			for (size_t i = 0; i < sel.n; i++)
 				env->live->changed(env->live->userdata, sel.v[i]);
 		}
+		env->live->quiesce(env->live->userdata, false);
 	}
 	if (r < 0)
 		return r;
