@@ -3,6 +3,7 @@
  * Implementation of fdpath.h: name and path validation and symlink-free
  * walks below a directory fd.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -320,4 +321,69 @@ int fd_reopen(int fd, int flags)
 	if (r < 0)
 		return -errno;
 	return r;
+}
+
+int opendir_at(int dir_fd, DIR **ret)
+{
+	DIR *d;
+	int fd;
+
+	fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		safe_close(fd);
+		return -errno;
+	}
+	*ret = d;
+	return 0;
+}
+
+static int dir_usage_walk(int dir_fd, uint64_t *inodes, uint64_t *bytes, unsigned depth)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	int r;
+
+	if (depth > 4096)
+		return -ELOOP;
+	r = opendir_at(dir_fd, &d);
+	if (r < 0)
+		return r;
+	while ((de = readdir(d))) {
+		struct stat st;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		(*inodes)++;
+		if (S_ISREG(st.st_mode))
+			*bytes += (uint64_t)st.st_size;
+		if (S_ISDIR(st.st_mode)) {
+			_cleanup_close_ int cfd = openat(dirfd(d), de->d_name,
+			                                 O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+			if (cfd < 0)
+				continue;
+			r = dir_usage_walk(cfd, inodes, bytes, depth + 1);
+			if (r < 0)
+				return r;
+		}
+	}
+	return 0;
+}
+
+int dir_usage_at(int dir_fd, uint64_t *ret_inodes, uint64_t *ret_bytes)
+{
+	uint64_t inodes = 0, bytes = 0;
+	int r;
+
+	r = dir_usage_walk(dir_fd, &inodes, &bytes, 0);
+	if (r < 0)
+		return r;
+	*ret_inodes = inodes;
+	*ret_bytes = bytes;
+	return 0;
 }

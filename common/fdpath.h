@@ -8,8 +8,10 @@
  */
 #pragma once
 
+#include <dirent.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* True if @name is one valid path component: non-empty, not "." or "..", no '/', at most NAME_MAX bytes. */
@@ -62,6 +64,21 @@ int write_full(int fd, const void *buf, size_t size);
 
 /* Reopens an O_PATH fd with real @flags through /proc/self/fd (never a symlink in a layer). Returns fd or -errno. */
 int fd_reopen(int fd, int flags);
+
+/*
+ * Opens the directory @dir_fd refers to (an O_PATH fd is fine) as a new DIR
+ * stream with its own open file description. Returns 0 and *ret (the caller
+ * closedir()s it), or -errno.
+ */
+int opendir_at(int dir_fd, DIR **ret);
+
+/*
+ * Adds up the tree below @dir_fd without following symlinks or crossing into
+ * other directories by name: every entry counts one inode, regular files add
+ * their st_size. Entries that vanish during the walk are skipped. Returns 0
+ * or -errno (-ELOOP past 4096 levels).
+ */
+int dir_usage_at(int dir_fd, uint64_t *ret_inodes, uint64_t *ret_bytes);
 
 /* True if the kernel supports openat2(RESOLVE_BENEATH). Cached. */
 bool have_openat2(void);

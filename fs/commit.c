@@ -1009,16 +1009,11 @@ static int prune_dir(struct commit *cm, const char *dirpath, int ufd, bool prote
 {
 	_cleanup_closedir_ DIR *d = NULL;
 	struct dirent *de;
-	int fd, r = 0;
+	int r = 0;
 
-	fd = openat(ufd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	d = fdopendir(fd);
-	if (!d) {
-		safe_close(fd);
-		return -errno;
-	}
+	r = opendir_at(ufd, &d);
+	if (r < 0)
+		return r;
 	while ((de = readdir(d))) {
 		_cleanup_free_ char *path = NULL;
 		enum ovl_sel_match m;

@@ -13,6 +13,7 @@
 
 #include "ctl-ops.h"
 #include "diff.h"
+#include "fdpath.h"
 #include "journal.h"
 #include "json-util.h"
 #include "layertar.h"
@@ -95,48 +96,6 @@ int ovl_op_diff(const struct ovl_ctl_env *env, enum ovl_diff_format format, char
 	return 0;
 }
 
-/* Counts inodes and bytes (st_size of regular files) below @dir_fd. */
-static int count_upper(int dir_fd, uint64_t *inodes, uint64_t *bytes, unsigned depth)
-{
-	_cleanup_closedir_ DIR *d = NULL;
-	struct dirent *de;
-	int fd;
-
-	if (depth > 4096)
-		return -ELOOP;
-	fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	d = fdopendir(fd);
-	if (!d) {
-		safe_close(fd);
-		return -errno;
-	}
-	while ((de = readdir(d))) {
-		struct stat st;
-
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-			continue;
-		(*inodes)++;
-		if (S_ISREG(st.st_mode))
-			*bytes += (uint64_t)st.st_size;
-		if (S_ISDIR(st.st_mode)) {
-			_cleanup_close_ int cfd = openat(dirfd(d), de->d_name,
-			                                 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			int r;
-
-			if (cfd < 0)
-				continue;
-			r = count_upper(cfd, inodes, bytes, depth + 1);
-			if (r < 0)
-				return r;
-		}
-	}
-	return 0;
-}
-
 int ovl_op_status(const struct ovl_ctl_env *env, cJSON **ret_result, cJSON **ret_error)
 {
 	_cleanup_(ovl_changes_freep) struct ovl_changes *c = NULL;
@@ -149,7 +108,7 @@ int ovl_op_status(const struct ovl_ctl_env *env, cJSON **ret_result, cJSON **ret
 	r = ovl_diff_compute(env->layers, &all, 0, &c);
 	if (r < 0)
 		return ovl_ctl_error(ret_error, r, "io", NULL, "cannot compute the changes");
-	r = count_upper(env->layers->upper_fd, &inodes, &bytes, 0);
+	r = dir_usage_at(env->layers->upper_fd, &inodes, &bytes);
 	if (r < 0)
 		return ovl_ctl_error(ret_error, r, "io", NULL, "cannot walk the upper layer");
 	res = cJSON_CreateObject();

@@ -321,18 +321,13 @@ static int write_subtree(struct tarw *t, int dir_fd, const char *dirpath, unsign
 {
 	_cleanup_closedir_ DIR *d = NULL;
 	struct dirent *de;
-	int fd, r;
+	int r;
 
 	if (depth > 4096)
 		return -ELOOP;
-	fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	d = fdopendir(fd);
-	if (!d) {
-		safe_close(fd);
-		return -errno;
-	}
+	r = opendir_at(dir_fd, &d);
+	if (r < 0)
+		return r;
 	while ((de = readdir(d))) {
 		_cleanup_free_ char *path = NULL;
 		struct stat st;

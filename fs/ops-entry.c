@@ -57,54 +57,19 @@ void ovl_quota_add(off_t bytes, int inodes)
 	atomic_fetch_add(&ovl_fs->used_inodes, inodes);
 }
 
-/* Adds up what the tree below @dir_fd uses (regular file sizes, entries). */
-static int quota_scan_dir(int dir_fd, unsigned depth)
-{
-	_cleanup_closedir_ DIR *d = NULL;
-	struct dirent *de;
-	int fd;
-
-	if (depth > 4096)
-		return -ELOOP;
-	fd = fd_reopen(dir_fd, O_RDONLY | O_DIRECTORY);
-	if (fd < 0)
-		return fd;
-	d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return -errno;
-	}
-	while ((de = readdir(d))) {
-		struct stat st;
-
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-			continue;
-		atomic_fetch_add(&ovl_fs->used_inodes, 1);
-		if (S_ISREG(st.st_mode))
-			atomic_fetch_add(&ovl_fs->used_bytes, st.st_size);
-		if (S_ISDIR(st.st_mode)) {
-			_cleanup_close_ int cfd = openat(dirfd(d), de->d_name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			int r;
-
-			if (cfd < 0)
-				continue;
-			r = quota_scan_dir(cfd, depth + 1);
-			if (r < 0)
-				return r;
-		}
-	}
-	return 0;
-}
-
 int ovl_quota_scan(void)
 {
+	uint64_t inodes, bytes;
+	int r;
+
 	if (!ovl_fs->opt->quota_bytes && !ovl_fs->opt->quota_inodes)
 		return 0;
-	atomic_store(&ovl_fs->used_bytes, 0);
-	atomic_store(&ovl_fs->used_inodes, 0);
-	return quota_scan_dir(ovl_fs->upper_fd, 0);
+	r = dir_usage_at(ovl_fs->upper_fd, &inodes, &bytes);
+	if (r < 0)
+		return r;
+	atomic_store(&ovl_fs->used_bytes, (int_fast64_t)bytes);
+	atomic_store(&ovl_fs->used_inodes, (int_fast64_t)inodes);
+	return 0;
 }
 
 void ovl_fill_entry(struct fuse_entry_param *e, struct ovl_node *n, const struct stat *st)
