@@ -366,67 +366,13 @@ static const char *type_name(mode_t mode)
 	return "other";
 }
 
-/*
- * Copies @s with every invalid UTF-8 sequence replaced by U+FFFD, as Go's
- * encoding/json (execd) does: names come from sandboxed code and may be any
- * bytes, and strict JSON parsers reject the response otherwise. Returns a
- * new string, or NULL on ENOMEM.
- */
-static char *utf8_clean(const char *s)
-{
-	size_t len = strlen(s), i = 0;
-	char *out = malloc(len * 3 + 1), *w = out;
-
-	if (!out)
-		return NULL;
-	while (i < len) {
-		unsigned char c = (unsigned char)s[i];
-		size_t need = 0;
-		uint32_t cp = 0, min = 0;
-
-		if (c < 0x80) {
-			*w++ = (char)c;
-			i++;
-			continue;
-		}
-		if (c >= 0xc2 && c <= 0xdf)
-			need = 1, cp = c & 0x1f, min = 0x80;
-		else if (c >= 0xe0 && c <= 0xef)
-			need = 2, cp = c & 0x0f, min = 0x800;
-		else if (c >= 0xf0 && c <= 0xf4)
-			need = 3, cp = c & 0x07, min = 0x10000;
-		if (need && i + need < len) {
-			size_t k;
-
-			for (k = 1; k <= need; k++) {
-				unsigned char cc = (unsigned char)s[i + k];
-
-				if ((cc & 0xc0) != 0x80)
-					break;
-				cp = (cp << 6) | (cc & 0x3f);
-			}
-			if (k > need && cp >= min && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff)) {
-				memcpy(w, s + i, need + 1);
-				w += need + 1;
-				i += need + 1;
-				continue;
-			}
-		}
-		memcpy(w, "\xef\xbf\xbd", 3);
-		w += 3;
-		i++;
-	}
-	*w = '\0';
-	return out;
-}
-
 int api_files_info_from_statx(const struct statx *stx, const char *display, cJSON **ret)
 {
 	_cleanup_json_ cJSON *o = cJSON_CreateObject();
 	char when[64], name[64], modebuf[16];
 	const struct statx_timestamp *created;
 
-	_cleanup_free_ char *clean = utf8_clean(display);
+	_cleanup_free_ char *clean = json_utf8_sanitize(display, strlen(display));
 
 	if (!o || !clean)
 		return -ENOMEM;
@@ -530,7 +476,7 @@ int api_files_info(const struct api_files_root *root, char *const *paths, cJSON 
 				*ret_failed = i;
 			return r;
 		}
-		_cleanup_free_ char *key = utf8_clean(paths[i]);
+		_cleanup_free_ char *key = json_utf8_sanitize(paths[i], strlen(paths[i]));
 
 		if (!key) {
 			cJSON_Delete(info);

@@ -4,6 +4,8 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "json-util.h"
@@ -81,4 +83,54 @@ int json_get_strv(const cJSON *obj, const char *key, char ***ret)
 int json_add_u64(cJSON *obj, const char *key, uint64_t v)
 {
 	return cJSON_AddNumberToObject(obj, key, (double)v) ? 0 : -ENOMEM;
+}
+
+char *json_utf8_sanitize(const char *s, size_t len)
+{
+	char *out = malloc(len * 3 + 1), *w = out;
+	size_t i = 0;
+
+	if (!out)
+		return NULL;
+	while (i < len) {
+		unsigned char c = (unsigned char)s[i];
+		size_t need = 0;
+		uint32_t cp = 0, min = 0;
+
+		if (c >= 0x01 && c < 0x80) {
+			*w++ = (char)c;
+			i++;
+			continue;
+		}
+		if (c >= 0xc2 && c <= 0xdf)
+			need = 1, cp = c & 0x1f, min = 0x80;
+		else if (c >= 0xe0 && c <= 0xef)
+			need = 2, cp = c & 0x0f, min = 0x800;
+		else if (c >= 0xf0 && c <= 0xf4)
+			need = 3, cp = c & 0x07, min = 0x10000;
+		if (need && i + need < len) {
+			size_t k;
+
+			for (k = 1; k <= need; k++) {
+				unsigned char cc = (unsigned char)s[i + k];
+
+				if ((cc & 0xc0) != 0x80)
+					break;
+				cp = (cp << 6) | (cc & 0x3f);
+			}
+			if (k > need && cp >= min && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff)) {
+				memcpy(w, s + i, need + 1);
+				w += need + 1;
+				i += need + 1;
+				continue;
+			}
+		}
+		/* U+FFFD */
+		*w++ = (char)0xef;
+		*w++ = (char)0xbf;
+		*w++ = (char)0xbd;
+		i++;
+	}
+	*w = '\0';
+	return out;
 }

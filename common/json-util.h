@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "macro.h"
@@ -34,3 +35,12 @@ int json_get_strv(const cJSON *obj, const char *key, char ***ret);
 
 /* Adds a number that may exceed 2^53 as a JSON number (cJSON stores doubles). Returns 0 or -ENOMEM. */
 int json_add_u64(cJSON *obj, const char *key, uint64_t v);
+
+/*
+ * Copies @s (@len bytes) with each invalid UTF-8 sequence and each NUL
+ * replaced by U+FFFD, as Go's encoding/json (OpenSandbox's execd) does:
+ * names and output come from sandboxed code and may be any bytes, and strict
+ * JSON parsers reject invalid UTF-8. Returns a new string (free()), or NULL
+ * on ENOMEM.
+ */
+char *json_utf8_sanitize(const char *s, size_t len);

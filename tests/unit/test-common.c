@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "fdpath.h"
+#include "json-util.h"
 #include "macro.h"
 #include "tap.h"
 
@@ -107,8 +108,34 @@ static void test_beneath(void)
 	}
 }
 
+static void test_utf8(void)
+{
+	static const struct {
+		const char *in;
+		size_t len;
+		const char *out;
+		const char *what;
+	} cases[] = {
+		{ "plain", 5, "plain", "ASCII passes" },
+		{ "h\xc3\xa9", 3, "h\xc3\xa9", "valid 2-byte sequence passes" },
+		{ "\xf0\x9f\x98\x80", 4, "\xf0\x9f\x98\x80", "valid 4-byte sequence passes" },
+		{ "a\xff" "b", 3, "a\xef\xbf\xbd" "b", "invalid byte becomes U+FFFD" },
+		{ "a\0b", 3, "a\xef\xbf\xbd" "b", "NUL becomes U+FFFD" },
+		{ "\xc0\xaf", 2, "\xef\xbf\xbd\xef\xbf\xbd", "overlong encoding is rejected" },
+		{ "\xed\xa0\x80", 3, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", "surrogate is rejected" },
+		{ "x\xe2\x82", 3, "x\xef\xbf\xbd\xef\xbf\xbd", "truncated sequence at the end is replaced" },
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		_cleanup_free_ char *o = json_utf8_sanitize(cases[i].in, cases[i].len);
+
+		is_str(o, cases[i].out, "%s", cases[i].what);
+	}
+}
+
 int main(void)
 {
+	test_utf8();
 	test_names();
 	test_relative();
 	test_beneath();
