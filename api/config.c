@@ -58,7 +58,7 @@ static const struct opt_def opt_defs[] = {
 	O("allow-network", OPT_BOOL, allow_network, "let sessions ask for share_net (default false)"),
 	O("allow-writable", OPT_STRV, allowed_writable, "prefix allowed in extra_writable (repeatable)"),
 	O("allow-bind", OPT_STRV, allowed_binds, "prefix allowed as a bind source (repeatable)"),
-	O("allow-root-owner", OPT_BOOL, allow_root_owner, "allow rw workspaces owned by root (default false)"),
+	O("allow-root-owner", OPT_BOOL, allow_root_owner, "allow workspaces owned by root: the sandbox then acts as root on them (default false)"),
 	O("idmap", OPT_BOOL, idmap, "idmapped mounts for rw/ro sessions (default true; ro falls back to a read-only draftfs)"),
 	O("draftfs", OPT_STRING, draftfs, "draftfs binary (default: next to draftboxd, then PATH)"),
 	O("launcher", OPT_STRING, launcher, "draftbox-run binary (default: next to draftboxd, then PATH)"),

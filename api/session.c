@@ -483,9 +483,13 @@ static int check_workspace(struct api_server *srv, struct api_session *s, bool u
 		s->owner_uid = st.st_uid;
 	if (!gid_given)
 		s->owner_gid = st.st_gid;
-	if (s->mode == API_WS_RW && (s->owner_uid == 0 || s->owner_gid == 0) && !srv->cfg->allow_root_owner)
-		return BAD("rw workspaces owned by root (or with uid/gid 0) are refused: the sandbox would write as root "
-			   "(use overlay mode, or start the server with --allow-root-owner)");
+	/* Every mode maps the owner to the pool uid: for uid/gid 0 that would
+	 * hand root's files (0600 secrets included) to sandboxed code, and a
+	 * commit would write them back as root. */
+	if ((s->owner_uid == 0 || s->owner_gid == 0) && !srv->cfg->allow_root_owner)
+		return BAD("workspaces owned by root (or with uid/gid 0) are refused: the sandbox would act as root on "
+			   "them (use a workspace owned by a normal user, pass its 'uid'/'gid', or start the server "
+			   "with --allow-root-owner)");
 	free(s->workspace);
 	s->workspace = TAKE_PTR(real);
 	return 0;

@@ -38,7 +38,7 @@ struct api_config {
 	bool allow_network;
 	char **allowed_writable; /* prefixes allowed in extra_writable */
 	char **allowed_binds;    /* prefixes allowed as bind sources */
-	bool allow_root_owner;   /* allow mapping the pool uid to uid 0 in rw mode */
+	bool allow_root_owner;   /* allow mapping the pool uid to uid 0 (any mode) */
 	bool idmap;              /* use idmapped mounts for rw/ro sessions when the kernel has them */
 	char *draftfs;           /* path of the draftfs binary */
 	char *launcher;          /* path of draftbox-run */

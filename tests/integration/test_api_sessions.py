@@ -108,11 +108,21 @@ def test_bad_create_bodies(api):
     assert mounts_under(srv.state) == []
 
 
-def test_rw_root_owned_refused(api):
+def test_root_owned_refused_in_every_mode(api):
+    # the owner is mapped to the pool uid: for root that would expose root-only files
     env, srv, c = api
     ws = env.workspace("rootws", uid=0, gid=0)
-    r = c.create(ws, mode="rw", expect=400)
+    with open(os.path.join(ws, "secret"), "w") as f:
+        f.write("root only\n")
+    os.chmod(os.path.join(ws, "secret"), 0o600)
+    for mode in ("rw", "overlay", "ro"):
+        r = c.create(ws, mode=mode, expect=400)
+        assert r.json()["code"] == "INVALID_REQUEST_BODY" and "root" in r.json()["message"], (mode, r)
+    ws_gid0 = env.workspace("gid0ws", uid=1000, gid=0)
+    r = c.create(ws_gid0, expect=400)
     assert "root" in r.json()["message"]
+    assert c.request("GET", "/v1/isolated/sessions").json() == {"sessions": []}
+    assert mounts_under(srv.state) == []
 
 
 def raw_request(port, head, body=b"", chunked_body=None):
