@@ -251,18 +251,36 @@ static int mount_view(struct run_state *s)
 	if (asprintf(&upper, "%s/upper", s->session_dir) < 0 || asprintf(&work, "%s/work", s->session_dir) < 0 ||
 	    asprintf(&view, "%s/view", s->session_dir) < 0)
 		return -ENOMEM;
-	if ((mkdir(upper, 0755) < 0 && errno != EEXIST) || (mkdir(work, 0700) < 0 && errno != EEXIST) ||
-	    (mkdir(view, 0755) < 0 && errno != EEXIST))
+	if (stat(c->workspace, &ws) < 0)
+		return log_error_errno(-errno, "cannot stat workspace '%s'", c->workspace);
+	if (mkdir(upper, 0755) == 0) {
+		/* The view's root takes its attributes from upper: give a new upper
+		 * root the workspace root's owner and mode, so the mapped sandbox uid
+		 * can create files at the top of the workspace, as in a server session. */
+		_cleanup_close_ int ufd = openat(AT_FDCWD, upper, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+		if (ufd < 0 || fchown(ufd, ws.st_uid, ws.st_gid) < 0 || fchmod(ufd, ws.st_mode & 07777) < 0)
+			return log_error_errno(-errno, "cannot set up upper dir '%s'", upper);
+	} else if (errno != EEXIST) {
+		return log_error_errno(-errno, "cannot create the layer dirs in '%s'", s->session_dir);
+	}
+	if ((mkdir(work, 0700) < 0 && errno != EEXIST) || (mkdir(view, 0755) < 0 && errno != EEXIST))
 		return log_error_errno(-errno, "cannot create the layer dirs in '%s'", s->session_dir);
 	if (is_fuse_mount(view))
 		return log_error_errno(-EBUSY, "'%s' is already mounted (use --view to run in it)", view);
-	if (stat(c->workspace, &ws) < 0)
-		return log_error_errno(-errno, "cannot stat workspace '%s'", c->workspace);
-	/* the workspace owner's files appear as the sandbox uid in the view */
-	if (asprintf(&opts, "lowerdir=%s,upperdir=%s,workdir=%s,uidmapping=%u:%u:1,gidmapping=%u:%u:1",
-		     c->workspace, upper, work, (unsigned)ws.st_uid, (unsigned)s->uid, (unsigned)ws.st_gid,
-		     (unsigned)s->gid) < 0)
-		return -ENOMEM;
+	/* The workspace owner's files appear as the sandbox uid in the view, but
+	 * never root's: mapping uid/gid 0 would hand root-only files to the sandbox. */
+	{
+		char uidmap[64] = "", gidmap[64] = "";
+
+		if (ws.st_uid != 0)
+			snprintf(uidmap, sizeof(uidmap), ",uidmapping=%u:%u:1", (unsigned)ws.st_uid, (unsigned)s->uid);
+		if (ws.st_gid != 0)
+			snprintf(gidmap, sizeof(gidmap), ",gidmapping=%u:%u:1", (unsigned)ws.st_gid, (unsigned)s->gid);
+		if (asprintf(&opts, "lowerdir=%s,upperdir=%s,workdir=%s%s%s", c->workspace, upper, work, uidmap,
+			     gidmap) < 0)
+			return -ENOMEM;
+	}
 	if (strchr(c->workspace, ',') || strchr(s->session_dir, ','))
 		return (log_error("paths with ',' cannot be mounted with draftfs"), -EINVAL);
 
