@@ -789,6 +789,7 @@ static int cmd_diff(struct client *c, int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "patch", no_argument, NULL, 'p' },
+		{ "json", no_argument, NULL, 'j' },
 		{ "tar", no_argument, NULL, 't' },
 		{ "output", required_argument, NULL, 'o' },
 		{}
@@ -803,10 +804,14 @@ static int cmd_diff(struct client *c, int argc, char **argv)
 	int o, r;
 
 	client_reset_getopt();
-	while ((o = client_getopt(argc, argv, "pto:", opts, NULL)) >= 0) {
+	while ((o = client_getopt(argc, argv, "pjto:", opts, NULL)) >= 0) {
 		switch (o) {
 		case 'p':
 			format = "patch";
+			break;
+		case 'j': /* the JSON change list itself, not the summary */
+			format = "json";
+			c->json = true;
 			break;
 		case 't':
 			format = "tar";
@@ -938,6 +943,9 @@ static int cmd_commit_or_discard(struct client *c, int argc, char **argv, bool c
 	list = cJSON_GetObjectItemCaseSensitive(resp, commit ? "committed" : "discarded");
 	cJSON_ArrayForEach(it, list) {
 		const char *p = cJSON_IsString(it) ? it->valuestring : str_or(it, "path", "?");
+
+		if (!*p)
+			p = "(all changes)"; /* "" is the root: everything */
 
 		printf("%s%s%s %s\n", client_color(c, false, commit ? C_GREEN : C_RED), commit ? "committed" : "discarded",
 		       client_color(c, false, C_RESET), p);

@@ -4,6 +4,7 @@ goes through (create, run, files, diff, commit, discard, rm), with the
 token found in the server's state dir and exit statuses checked.
 """
 import io
+import json
 import os
 import subprocess
 import tarfile
@@ -69,7 +70,10 @@ def test_client_workflow(api):  # noqa: F811
     assert b"src/app.py" in r.stdout
     with open(os.path.join(ws, "src", "app.py")) as f:
         assert f.read() == "print('v2')\n"
-    dbx("discard", sid)
+    before = json.loads(dbx("diff", sid, "--json").stdout)  # --json after the id works too
+    assert before["changes"], before
+    r = dbx("discard", sid)
+    assert r.stdout.strip() == b"discarded (all changes)", r.stdout
     assert dbx("--json", "diff", sid).stdout.strip().startswith(b"{")
     assert dbx("diff", sid).stdout == b""
     assert not os.path.exists(os.path.join(ws, "docs"))
