@@ -391,6 +391,11 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 	return req->route->handler(req);
 }
 
+/* While the daemon starts (one thread), microhttpd's last message is kept
+ * here so a failure can say why (e.g. "Address already in use"). */
+static bool mhd_starting;
+static char mhd_start_error[256];
+
 static void mhd_logger(void *cls, const char *fmt, va_list ap)
 {
 	char msg[512];
@@ -400,6 +405,8 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
 	n = strlen(msg);
 	while (n > 0 && msg[n - 1] == '\n')
 		msg[--n] = '\0';
+	if (mhd_starting)
+		snprintf(mhd_start_error, sizeof(mhd_start_error), "%s", msg);
 	log_debug("microhttpd: %s", msg);
 }
 
@@ -441,6 +448,7 @@ int api_http_start(struct api_server *srv)
 		listen_fd = open_unix_socket(cfg->unix_socket);
 		if (listen_fd < 0)
 			return log_error_errno(listen_fd, "cannot listen on '%s'", cfg->unix_socket);
+		mhd_starting = true;
 		srv->mhd = MHD_start_daemon(flags, 0, NULL, NULL, access_cb, srv,
 					    MHD_OPTION_LISTEN_SOCKET, listen_fd,
 					    MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections,
@@ -464,6 +472,7 @@ int api_http_start(struct api_server *srv)
 			log_error("invalid listen address '%s'", cfg->listen_address);
 			return -EINVAL;
 		}
+		mhd_starting = true;
 		srv->mhd = MHD_start_daemon(flags, cfg->port, NULL, NULL, access_cb, srv,
 					    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
 					    MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections,
@@ -474,11 +483,13 @@ int api_http_start(struct api_server *srv)
 					    MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
 					    MHD_OPTION_END);
 	}
+	mhd_starting = false;
 	if (!srv->mhd) {
 		if (listen_fd >= 0)
 			close(listen_fd);
-		log_error("cannot start the HTTP server on %s port %u", cfg->unix_socket ? cfg->unix_socket : cfg->listen_address,
-			  cfg->port);
+		log_error("cannot start the HTTP server on %s port %u%s%s",
+			  cfg->unix_socket ? cfg->unix_socket : cfg->listen_address, cfg->port,
+			  mhd_start_error[0] ? ": " : "", mhd_start_error);
 		return -EADDRINUSE;
 	}
 	info = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_BIND_PORT);

@@ -4,6 +4,7 @@ against the real server with real draftfs mounts."""
 import json
 import os
 import socket
+import subprocess
 
 from apiutil import api, env, mounts_under  # noqa: F401  (fixtures)
 
@@ -266,3 +267,19 @@ def test_garbage_requests(api):
             assert body["code"] and "message" in body
     assert c.request("GET", "/healthz").status == 200
     assert c.get(sid).status == 200
+
+
+def test_port_in_use_says_why(tmp_path):
+    from conftest import build_path
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    try:
+        port = s.getsockname()[1]
+        r = subprocess.run([build_path("api", "draftboxd"), "--state-dir", str(tmp_path / "state"),
+                            "--port", str(port)], capture_output=True, timeout=60)
+    finally:
+        s.close()
+    assert r.returncode == 1, r
+    last = r.stderr.decode().strip().splitlines()[-1]
+    assert f"port {port}" in last and "Address already in use" in last, last
