@@ -394,7 +394,7 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 /* While the daemon starts (one thread), microhttpd's last message is kept
  * here so a failure can say why (e.g. "Address already in use"). */
 static bool mhd_starting;
-static char mhd_start_error[256];
+static char mhd_start_error[512];
 
 static void mhd_logger(void *cls, const char *fmt, va_list ap)
 {
