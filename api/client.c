@@ -111,6 +111,8 @@ int client_report_http_error(struct client *c, struct http_response *resp)
 		client_error(c, "%s (%s, HTTP %u)", message, code ? code : "error", resp->status);
 	else if (resp->status == 401)
 		client_error(c, "the server wants an access token: pass --token, set DRAFTBOX_TOKEN or make STATE/token readable (HTTP 401)");
+	if (resp->status == 401 && !c->token && c->token_note)
+		client_error(c, "no token was sent: %s", c->token_note);
 	else
 		client_error(c, "request failed with HTTP %u", resp->status);
 	return -EBADMSG;
@@ -988,15 +990,24 @@ static void usage(FILE *f)
 	      f);
 }
 
-/* Reads the token file; a missing or unreadable file just means no token. */
-static char *read_token_file(const char *path)
+/*
+ * Reads the token file. A missing or unreadable file means no token (the
+ * server may run without auth); *ret_note then says why, for a later 401.
+ */
+static char *read_token_file(const char *path, char **ret_note)
 {
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	char *buf = NULL;
 	size_t len = 0;
+	int r;
 
-	if (fd < 0 || read_full_fd(fd, 4096, &buf, &len) < 0)
+	r = fd < 0 ? -errno : read_full_fd(fd, 4096, &buf, &len);
+	if (r < 0) {
+		if (asprintf(ret_note, "cannot read the token file '%s': %s (use --token, $DRAFTBOX_TOKEN or --state-dir)",
+			     path, strerror(-r)) < 0)
+			*ret_note = NULL;
 		return NULL;
+	}
 	while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' '))
 		buf[--len] = '\0';
 	if (len == 0) {
@@ -1119,7 +1130,7 @@ int client_main(int argc, char **argv)
 			token_file = token_path;
 		}
 		if (token_file)
-			c.token = read_token_file(token_file);
+			c.token = read_token_file(token_file, &c.token_note);
 	}
 
 	argc -= optind;
@@ -1145,6 +1156,7 @@ int client_main(int argc, char **argv)
 	}
 	fflush(stdout);
 	http_url_done(&c.url);
+	free(c.token_note);
 	if (c.token) {
 		explicit_bzero(c.token, strlen(c.token));
 		free(c.token);

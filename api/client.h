@@ -29,6 +29,7 @@
 struct client {
 	struct http_url url;
 	char *token;        /* or NULL: no Authorization header */
+	char *token_note;   /* why no token was found (e.g. the token file could not be read), or NULL */
 	bool json;          /* --json: machine output */
 	bool color;         /* ANSI colour on stdout */
 	bool color_err;     /* ANSI colour on stderr */

@@ -84,3 +84,9 @@ def test_client_workflow(api):  # noqa: F811
     # a wrong token is refused
     r = subprocess.run([DRAFTBOX, "--token", "wrong", "session", "ls"], env=base_env, capture_output=True, timeout=30)
     assert r.returncode == 1 and b"401" in r.stderr
+    # no token at all: the client says which token file it tried and why it failed
+    no_tok = {k: v for k, v in base_env.items() if k not in ("DRAFTBOX_TOKEN", "DRAFTBOX_TOKEN_FILE")}
+    no_tok["DRAFTBOX_TOKEN_FILE"] = "/nonexistent/token"
+    r = subprocess.run([DRAFTBOX, "session", "ls"], env=no_tok, capture_output=True, timeout=30)
+    assert r.returncode == 1 and b"401" in r.stderr, r
+    assert b"cannot read the token file '/nonexistent/token': No such file or directory" in r.stderr, r.stderr
