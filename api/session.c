@@ -804,8 +804,15 @@ cJSON *api_session_to_json(struct api_session *s, bool summary)
 		if (!cJSON_AddNumberToObject(o, "idle_remaining_seconds", (double)(remaining < 0 ? 0 : remaining)))
 			return NULL;
 	}
-	if (summary)
+	if (summary) {
+		/* an addition to execd's summary (clients ignore unknown fields): which workspace */
+		cJSON *ws = cJSON_AddObjectToObject(o, "workspace");
+
+		if (!ws || !cJSON_AddStringToObject(ws, "path", s->workspace) ||
+		    !cJSON_AddStringToObject(ws, "mode", mode_name(s->mode)))
+			return NULL;
 		return TAKE_PTR(o);
+	}
 	if (add_params(o, s) < 0 || !cJSON_AddStringToObject(o, "view", s->view) ||
 	    !cJSON_AddBoolToObject(o, "running", busy))
 		return NULL;

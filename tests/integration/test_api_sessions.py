@@ -37,6 +37,7 @@ def test_create_get_list_delete(api):
     lst = c.request("GET", "/v1/isolated/sessions").json()["sessions"]
     assert [s["session_id"] for s in lst] == [sid]
     assert set(lst[0]) >= {"session_id", "status", "created_at", "last_run_at"}
+    assert lst[0]["workspace"] == {"path": ws, "mode": "overlay"}  # our addition to the summary
 
     c.delete(sid)
     assert mounts_under(view) == []
