@@ -66,19 +66,14 @@ static int read_names(int dir_fd, size_t max, struct dir_list *ret, bool *ret_mo
 	_cleanup_closedir_ DIR *d = NULL;
 	size_t alloc = 0;
 	struct dirent *de;
-	int fd;
+	int r;
 
 	*ret = (struct dir_list){ 0 };
 	if (ret_more)
 		*ret_more = false;
-	fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	d = fdopendir(fd);
-	if (!d) {
-		safe_close(fd);
-		return -errno;
-	}
+	r = opendir_at(dir_fd, &d);
+	if (r < 0)
+		return r;
 	for (;;) {
 		errno = 0;
 		de = readdir(d);

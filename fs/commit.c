@@ -970,15 +970,10 @@ static int deopacify(struct commit *cm, int ufd, const char *path)
 	{
 		_cleanup_closedir_ DIR *d = NULL;
 		struct dirent *de;
-		int dfd = openat(ufd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		int dr = opendir_at(ufd, &d);
 
-		if (dfd < 0)
-			return -errno;
-		d = fdopendir(dfd);
-		if (!d) {
-			safe_close(dfd);
-			return -errno;
-		}
+		if (dr < 0)
+			return dr;
 		while ((de = readdir(d))) {
 			_cleanup_free_ char *child = NULL;
 			_cleanup_close_ int cfd = -1;

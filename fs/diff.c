@@ -690,16 +690,11 @@ static int walk_upper(struct walk *w, const char *dirpath, int ufd, const struct
 	char **names = NULL;
 	size_t n = 0, alloc = 0;
 	struct dirent *de;
-	int fd, r = 0;
+	int r;
 
-	fd = openat(ufd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	d = fdopendir(fd);
-	if (!d) {
-		safe_close(fd);
-		return -errno;
-	}
+	r = opendir_at(ufd, &d);
+	if (r < 0)
+		return r;
 	while ((errno = 0, de = readdir(d))) {
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
