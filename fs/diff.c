@@ -291,6 +291,15 @@ static int set_new(const struct walk *w, struct ovl_change *c, const struct stat
 	return meta_fill(&c->new, ust, upper_dir_fd, name);
 }
 
+/* Fills both sides of @c: the lower entry @lst and the upper entry @ust, both named @name. */
+static int set_both(const struct walk *w, struct ovl_change *c, const struct stat *lst, int layer,
+                    const struct ovl_lstack *ls, const struct stat *ust, int upper_dir_fd, const char *name)
+{
+	int r = set_old(c, lst, layer, ls, name);
+
+	return r < 0 ? r : set_new(w, c, ust, upper_dir_fd, name);
+}
+
 static int cmp_names(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
@@ -580,9 +589,7 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 			if (r < 0)
 				return r;
 			c->content = true;
-			r = set_old(c, &lst, layer, ls, name);
-			if (r >= 0)
-				r = set_new(w, c, &ust, ufd, name);
+			r = set_both(w, c, &lst, layer, ls, &ust, ufd, name);
 			c->new_type = OVL_FT_NONE;
 			free(c->new.target);
 			/* keep when the session deleted it (the whiteout's ctime), for conflict checks */
@@ -610,10 +617,7 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 					return r;
 				c->content = true;
 				c->upper_opaque = opq;
-				if (found)
-					r = set_old(c, &lst, layer, ls, name);
-				if (r >= 0)
-					r = set_new(w, c, &ust, ufd, name);
+				r = found ? set_both(w, c, &lst, layer, ls, &ust, ufd, name) : set_new(w, c, &ust, ufd, name);
 				if (r < 0)
 					return r;
 			}
@@ -631,9 +635,7 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 					return r;
 				c->metadata = meta;
 				c->upper_opaque = opq;
-				r = set_old(c, &lst, layer, ls, name);
-				if (r >= 0)
-					r = set_new(w, c, &ust, ufd, name);
+				r = set_both(w, c, &lst, layer, ls, &ust, ufd, name);
 				if (r < 0)
 					return r;
 			}
@@ -655,9 +657,7 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 		if (r < 0)
 			return r;
 		c->content = true;
-		r = set_old(c, &lst, layer, ls, name);
-		if (r >= 0)
-			r = set_new(w, c, &ust, ufd, name);
+		r = set_both(w, c, &lst, layer, ls, &ust, ufd, name);
 		if (r < 0)
 			return r;
 		if (S_ISDIR(lst.st_mode))
@@ -677,10 +677,7 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 			return r;
 		c->content = content;
 		c->metadata = meta;
-		r = set_old(c, &lst, layer, ls, name);
-		if (r >= 0)
-			r = set_new(w, c, &ust, ufd, name);
-		return r;
+		return set_both(w, c, &lst, layer, ls, &ust, ufd, name);
 	}
 }
 
