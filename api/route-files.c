@@ -493,7 +493,9 @@ enum MHD_Result api_handle_files_upload(struct api_request *req)
 
 /* ------------------------------------------------------------------ the rest */
 
-enum MHD_Result api_handle_files_delete(struct api_request *req)
+/* Applies @remove to every ?path= of the request, stopping at the first failure. */
+static enum MHD_Result remove_each(struct api_request *req,
+				   int (*remove)(const struct api_files_root *root, const char *path), const char *what)
 {
 	_cleanup_strv_free_ char **paths = query_required(req, "path");
 	struct api_files_root root;
@@ -505,15 +507,20 @@ enum MHD_Result api_handle_files_delete(struct api_request *req)
 	if (!s)
 		return MHD_YES;
 	for (char **p = paths; *p; p++) {
-		int r = api_files_remove(&root, *p);
+		int r = remove(&root, *p);
 
 		if (r < 0) {
 			files_done(s);
-			return reply_errno(req, r, "cannot remove", *p);
+			return reply_errno(req, r, what, *p);
 		}
 	}
 	files_done(s);
 	return api_reply_empty(req, 200);
+}
+
+enum MHD_Result api_handle_files_delete(struct api_request *req)
+{
+	return remove_each(req, api_files_remove, "cannot remove");
 }
 
 enum MHD_Result api_handle_files_mv(struct api_request *req)
@@ -763,23 +770,5 @@ enum MHD_Result api_handle_dirs_create(struct api_request *req)
 
 enum MHD_Result api_handle_dirs_delete(struct api_request *req)
 {
-	_cleanup_strv_free_ char **paths = query_required(req, "path");
-	struct api_files_root root;
-	struct api_session *s;
-
-	if (!paths)
-		return req->answered ? MHD_YES : MHD_NO;
-	s = files_session(req, &root);
-	if (!s)
-		return MHD_YES;
-	for (char **p = paths; *p; p++) {
-		int r = api_dirs_remove(&root, *p);
-
-		if (r < 0) {
-			files_done(s);
-			return reply_errno(req, r, "cannot remove directory", *p);
-		}
-	}
-	files_done(s);
-	return api_reply_empty(req, 200);
+	return remove_each(req, api_dirs_remove, "cannot remove directory");
 }
