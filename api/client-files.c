@@ -71,6 +71,19 @@ static void print_entry(struct client *c, const cJSON *info)
 	       strcmp(type, "directory") == 0 ? "/" : "", client_color(c, false, C_RESET));
 }
 
+/* Prints a listing answer: the JSON itself with --json, else one line per entry. */
+static void print_entries(struct client *c, const cJSON *resp)
+{
+	const cJSON *e;
+
+	if (c->json) {
+		client_print_json(resp);
+		return;
+	}
+	cJSON_ArrayForEach(e, resp)
+		print_entry(c, e);
+}
+
 static int get_json_path(struct client *c, const char *id, const char *suffix, const char *query, cJSON **ret)
 {
 	_cleanup_free_ char *full = NULL, *target = NULL;
@@ -89,7 +102,6 @@ static int files_ls(struct client *c, int argc, char **argv)
 	_cleanup_free_ char *path = NULL, *query = NULL;
 	_cleanup_json_ cJSON *resp = NULL;
 	unsigned long depth = 1;
-	const cJSON *e;
 	int o, r;
 
 	client_reset_getopt();
@@ -115,12 +127,7 @@ static int files_ls(struct client *c, int argc, char **argv)
 	r = get_json_path(c, argv[optind], "/directories/list", query, &resp);
 	if (r < 0)
 		return r;
-	if (c->json) {
-		client_print_json(resp);
-		return 0;
-	}
-	cJSON_ArrayForEach(e, resp)
-		print_entry(c, e);
+	print_entries(c, resp);
 	return 0;
 }
 
@@ -181,7 +188,6 @@ static int files_stat(struct client *c, int argc, char **argv)
 {
 	_cleanup_free_ char *query = NULL;
 	_cleanup_json_ cJSON *resp = NULL;
-	const cJSON *e;
 	int r;
 
 	if (argc < 3) {
@@ -194,12 +200,7 @@ static int files_stat(struct client *c, int argc, char **argv)
 	r = get_json_path(c, argv[1], "/files/info", query, &resp);
 	if (r < 0)
 		return r;
-	if (c->json) {
-		client_print_json(resp);
-		return 0;
-	}
-	cJSON_ArrayForEach(e, resp)
-		print_entry(c, e);
+	print_entries(c, resp);
 	return 0;
 }
 
