@@ -15,6 +15,7 @@
 #include "settings.h"
 #include "log.h"
 #include "macro.h"
+#include "strv.h"
 
 enum opt_kind {
 	OPT_STRING,
@@ -148,28 +149,6 @@ static int parse_bool(const char *s, bool *ret)
 		*ret = false;
 	else
 		return -EINVAL;
-	return 0;
-}
-
-static int strv_push(char ***v, const char *s)
-{
-	size_t n = 0;
-	char **nv;
-	char *copy;
-
-	for (char **p = *v; p && *p; p++)
-		n++;
-	copy = strdup(s);
-	if (!copy)
-		return -ENOMEM;
-	nv = realloc(*v, (n + 2) * sizeof(char *));
-	if (!nv) {
-		free(copy);
-		return -ENOMEM;
-	}
-	nv[n] = copy;
-	nv[n + 1] = NULL;
-	*v = nv;
 	return 0;
 }
 

@@ -18,7 +18,7 @@
 
 static int add(char ***v, const char *a)
 {
-	return launch_strv_push(v, a);
+	return strv_push(v, a);
 }
 
 static int addf(char ***v, unsigned long long n)
@@ -26,7 +26,7 @@ static int addf(char ***v, unsigned long long n)
 	char buf[32];
 
 	snprintf(buf, sizeof(buf), "%llu", n);
-	return launch_strv_push(v, buf);
+	return strv_push(v, buf);
 }
 
 #define ADD(...)                                                    \
@@ -65,7 +65,7 @@ static int add_parents(char ***args, char ***done, const char *dest)
 		for (char **d = *done; d && *d && !seen; d++)
 			seen = strcmp(*d, p) == 0;
 		if (!seen) {
-			r = launch_strv_push(done, p);
+			r = strv_push(done, p);
 			if (r >= 0)
 				r = add(args, "--perms");
 			if (r >= 0)

@@ -68,35 +68,6 @@ void launch_config_free(struct launch_config *c)
 	launch_config_init(c);
 }
 
-size_t launch_strv_len(char *const *v)
-{
-	size_t n = 0;
-
-	while (v && v[n])
-		n++;
-	return n;
-}
-
-int launch_strv_push(char ***v, const char *s)
-{
-	size_t n = launch_strv_len(*v);
-	char **nv;
-	char *copy;
-
-	copy = strdup(s);
-	if (!copy)
-		return -ENOMEM;
-	nv = realloc(*v, (n + 2) * sizeof(char *));
-	if (!nv) {
-		free(copy);
-		return -ENOMEM;
-	}
-	nv[n] = copy;
-	nv[n + 1] = NULL;
-	*v = nv;
-	return 0;
-}
-
 int launch_strv_push_split(char ***v, const char *s, char sep)
 {
 	_cleanup_free_ char *copy = strdup(s);
@@ -109,7 +80,7 @@ int launch_strv_push_split(char ***v, const char *s, char sep)
 
 		if (!*item)
 			continue;
-		r = launch_strv_push(v, item);
+		r = strv_push(v, item);
 		if (r < 0)
 			return r;
 	}
@@ -422,7 +393,7 @@ static int parse_one(struct launch_config *c, int opt, const char *v)
 		r = launch_path_normalize(v, &p);
 		if (r < 0)
 			return bad_usage("--allow needs an absolute path, got '%s'", v);
-		return launch_strv_push(&c->allow, p);
+		return strv_push(&c->allow, p);
 	}
 	case OPT_UID:
 		if (parse_u64(v, UINT32_MAX - 1, &u) < 0 || u == 0)
@@ -453,7 +424,7 @@ static int parse_one(struct launch_config *c, int opt, const char *v)
 
 		if (!eq || eq == v)
 			return bad_usage("bad --setenv '%s' (K=V)", v);
-		return launch_strv_push(&c->setenv, v);
+		return strv_push(&c->setenv, v);
 	}
 	case OPT_TIMEOUT:
 		if (launch_parse_seconds(v, &c->timeout) < 0)
@@ -571,7 +542,7 @@ int launch_parse_args(int argc, char **argv, struct launch_config *c)
 		if (strcmp(argv[optind - 1], "--") != 0)
 			return bad_usage("unexpected argument '%s' (put the command after '--')", argv[optind]);
 		for (int i = optind; i < argc; i++) {
-			r = launch_strv_push(&c->argv, argv[i]);
+			r = strv_push(&c->argv, argv[i]);
 			if (r < 0)
 				return r;
 		}

@@ -59,7 +59,7 @@ static int env_put(char ***env, const char *kv)
 		return -EINVAL;
 	i = env_find(*env, kv, (size_t)(eq - kv));
 	if (i < 0)
-		return launch_strv_push(env, kv);
+		return strv_push(env, kv);
 	copy = strdup(kv);
 	if (!copy)
 		return -ENOMEM;

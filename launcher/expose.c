@@ -71,7 +71,7 @@ int launch_allow_load(const char *path, char ***allow)
 		r = launch_path_normalize(s, &norm);
 		if (r < 0)
 			return -EINVAL;
-		r = launch_strv_push(allow, norm);
+		r = strv_push(allow, norm);
 		if (r < 0)
 			return r;
 	}
@@ -114,7 +114,7 @@ int launch_expose_resolve(struct launch_config *c, const char **ret_bad)
 
 		if (!realpath(*a, buf))
 			continue; /* an absent prefix allows nothing */
-		if (launch_strv_push(&allow, buf) < 0)
+		if (strv_push(&allow, buf) < 0)
 			return -ENOMEM;
 	}
 

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "strv.h"
 #include "uid-pool.h"
 
 enum launch_mode {
@@ -131,10 +132,8 @@ int launch_path_normalize(const char *path, char **ret);
 /* True if @path equals @prefix or lies below it (component-wise). */
 bool launch_path_has_prefix(const char *path, const char *prefix);
 
-/* strv helpers: append a copy of @s / of each comma-separated item. Return 0 or -ENOMEM. */
-int launch_strv_push(char ***v, const char *s);
+/* Appends a copy of each @sep-separated item of @s (see strv_push()). Returns 0 or -ENOMEM. */
 int launch_strv_push_split(char ***v, const char *s, char sep);
-size_t launch_strv_len(char *const *v);
 
 /* --- env.c --- */
 

@@ -103,7 +103,7 @@ static int verify_run(const struct launch_config *orig)
 	c.mode = LAUNCH_MODE_RO;
 	c.pool_lo = orig->pool_lo;
 	c.pool_hi = orig->pool_hi;
-	launch_strv_push(&c.argv, "true");
+	strv_push(&c.argv, "true");
 	if (!c.workspace || !c.workspace_dest || !c.cwd || !c.state_dir || !c.runtime_dir || !c.argv) {
 		launch_config_free(&c);
 		return -ENOMEM;
@@ -151,7 +151,7 @@ int launch_probe(const struct launch_config *c)
 			cJSON_AddNullToObject(j, "version");
 	} else {
 		cJSON_AddNullToObject(j, "path");
-		launch_strv_push(&missing, "bwrap");
+		strv_push(&missing, "bwrap");
 	}
 
 	max_userns = read_long("/proc/sys/user/max_user_namespaces");
@@ -177,13 +177,13 @@ int launch_probe(const struct launch_config *c)
 	cJSON_AddBoolToObject(j, "filter_compiles", seccomp_ok);
 	cJSON_AddStringToObject(j, "arch", seccomp_arch_resolve_name("x86_64") == seccomp_arch_native() ? "x86_64" : "native");
 	if (!seccomp_ok)
-		launch_strv_push(&missing, "seccomp");
+		strv_push(&missing, "seccomp");
 
 	cgv = launch_cgroup_detect();
 	j = cJSON_AddObjectToObject(o, "cgroup");
 	if (cgv == LAUNCH_CGROUP_NONE) {
 		cJSON_AddNullToObject(j, "version");
-		launch_strv_push(&missing, "cgroup");
+		strv_push(&missing, "cgroup");
 	} else {
 		cJSON_AddStringToObject(j, "version", cgv == LAUNCH_CGROUP_V2 ? "v2" : "v1");
 	}
@@ -225,13 +225,13 @@ int launch_probe(const struct launch_config *c)
 		cJSON_AddStringToObject(j, "helper", helper);
 	else {
 		cJSON_AddNullToObject(j, "helper");
-		launch_strv_push(&missing, "draftbox-exec");
+		strv_push(&missing, "draftbox-exec");
 	}
 	if (!missing)
 		verified = verify_run(c) == 0;
 	cJSON_AddBoolToObject(j, "verified", verified);
 	if (!missing && !verified)
-		launch_strv_push(&missing, "privilege-drop");
+		strv_push(&missing, "privilege-drop");
 
 	j = cJSON_AddObjectToObject(o, "uid_pool");
 	snprintf(buf, sizeof(buf), "%u-%u", (unsigned)c->pool_lo, (unsigned)c->pool_hi);

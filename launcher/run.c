@@ -621,7 +621,7 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 	}
 
 	/* bwrap --args FD -- HELPER ... COMMAND */
-	bargv = calloc(launch_strv_len(cmd) + 4, sizeof(char *));
+	bargv = calloc(strv_length(cmd) + 4, sizeof(char *));
 	if (!bargv) {
 		r = log_oom();
 		goto out;
@@ -1109,7 +1109,7 @@ int launch_run(struct launch_config *c)
 		r = mount_view(&s);
 		if (r < 0)
 			goto out;
-		if (launch_strv_push(&s.hide, s.session_dir) < 0) {
+		if (strv_push(&s.hide, s.session_dir) < 0) {
 			r = log_oom();
 			goto out;
 		}

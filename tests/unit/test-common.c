@@ -13,6 +13,7 @@
 #include "fdpath.h"
 #include "json-util.h"
 #include "macro.h"
+#include "strv.h"
 #include "tap.h"
 
 static void test_names(void)
@@ -133,8 +134,21 @@ static void test_utf8(void)
 	}
 }
 
+static void test_strv(void)
+{
+	_cleanup_strv_free_ char **v = NULL;
+
+	is_int(strv_length(NULL), 0, "a NULL vector is empty");
+	is_int(strv_push(&v, "a"), 0, "push onto NULL");
+	is_int(strv_push(&v, "b"), 0, "push again");
+	is_int(strv_length(v), 2, "two strings");
+	is_str(v[1], "b", "order kept");
+	ok(v[2] == NULL, "still NULL-terminated");
+}
+
 int main(void)
 {
+	test_strv();
 	test_utf8();
 	test_names();
 	test_relative();

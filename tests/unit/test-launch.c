@@ -94,7 +94,7 @@ static void test_args(void)
 	ok(c.mode == LAUNCH_MODE_RO && c.profile == LAUNCH_PROFILE_BALANCED, "mode and profile");
 	ok(c.uid_explicit && c.uid == 12345 && c.gid == 12346, "explicit ids");
 	ok(c.memory == 64 << 20 && c.pids == 10 && c.timeout == 1.5, "limits");
-	is_int(launch_strv_len(c.env_deny), 3, "env-deny split and repeated");
+	is_int(strv_length(c.env_deny), 3, "env-deny split and repeated");
 	launch_config_free(&c);
 
 	ok(parse(&c, (const char *const[]){ "--workspace", "w", "--", "true", NULL }) < 0, "relative workspace");
@@ -145,9 +145,9 @@ static void test_env(void)
 	strv_free(env);
 	env = NULL;
 
-	launch_strv_push(&c.env_deny, "SAFE");
-	launch_strv_push(&c.setenv, "NEW=1");
-	launch_strv_push(&c.setenv, "LANG=fr");
+	strv_push(&c.env_deny, "SAFE");
+	strv_push(&c.setenv, "NEW=1");
+	strv_push(&c.setenv, "LANG=fr");
 	ok(launch_env_build(&c, host, NULL, &env) == 0, "build with deny and setenv");
 	ok(!strv_has(env, "SAFE=1") && strv_has(env, "NEW=1") && strv_has(env, "LANG=fr") && !strv_has(env, "LANG=C"),
 	   "deny and setenv applied");
@@ -155,8 +155,8 @@ static void test_env(void)
 	env = NULL;
 
 	c.env_allow_mode = true;
-	launch_strv_push(&c.env_allow, "PATH");
-	launch_strv_push(&c.env_allow, "aws_*");
+	strv_push(&c.env_allow, "PATH");
+	strv_push(&c.env_allow, "aws_*");
 	ok(launch_env_build(&c, host, NULL, &env) == 0, "build allow mode");
 	ok(strv_has(env, "PATH=/usr/bin") && strv_has(env, "AWS_REGION=x") && !strv_has(env, "SAFE=1") &&
 	   !strv_has(env, "HOME=/root"), "allow mode passes only the listed names");

@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * NULL-terminated string vectors (char **), as used for argv-like lists
+ * parsed from the command line, config files and JSON. strv_free() and its
+ * cleanup attribute live in macro.h.
+ */
+#pragma once
+
+#include <stddef.h>
+
+#include "macro.h"
+
+/* Number of strings in @v; 0 for NULL. */
+size_t strv_length(char *const *v);
+
+/*
+ * Appends a copy of @s to *@v (which may be NULL), keeping it NULL-terminated.
+ * Returns 0 or -ENOMEM; on failure *@v is unchanged.
+ */
+int strv_push(char ***v, const char *s);
