@@ -1170,12 +1170,16 @@ static void wait_draftfs_gone(struct api_server *srv, const char *view)
 /* A session whose removal a crash interrupted: unmount what is left and finish it. */
 static void finish_deletion(struct api_server *srv, const char *name)
 {
-	char view[PATH_MAX];
+	char view[PATH_MAX], served[PATH_MAX];
 	int r;
 
 	snprintf(view, sizeof(view), "%s/sessions/%s/view", srv->cfg->state_dir, name);
 	if (api_mount_info(view, NULL) > 0)
 		(void)api_umount_view(view);
+	/* draftfs writes its state dir until it exits, as in a normal delete; it
+	 * still names the view by the path from before the rename */
+	snprintf(served, sizeof(served), "%s/sessions/%s/view", srv->cfg->state_dir, name + strlen(".deleting-"));
+	wait_draftfs_gone(srv, served);
 	r = api_rm_rf_at(srv->sessions_fd, name);
 	if (r < 0)
 		log_warning_errno(r, "cannot finish removing '%s/sessions/%s'", srv->cfg->state_dir, name);
