@@ -27,6 +27,7 @@
 #include "fdpath.h"
 #include "log.h"
 #include "macro.h"
+#include "ops.h"
 #include "ovl.h"
 
 #define log_oom() log_error_errno(-ENOMEM, "out of memory")
@@ -488,6 +489,11 @@ int ovl_daemon_main(int argc, char **argv)
 		goto out;
 	}
 	mounted = true;
+	r = ovl_pt_setup(fs);
+	if (r < 0) {
+		log_error_errno(r, "cannot set up passthrough");
+		goto out;
+	}
 
 	if (!opt.foreground) {
 		pid_t pid;

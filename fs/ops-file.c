@@ -47,6 +47,16 @@ static void set_fi_flags(struct fuse_file_info *fi)
 	fi->keep_cache = 1;
 }
 
+/* Closes and frees the handle of @fi (at release, or when the open reply failed). */
+static void release_fh(struct ovl_node *n, struct fuse_file_info *fi)
+{
+	struct ovl_fh *fh = (struct ovl_fh *)(uintptr_t)fi->fh;
+
+	ovl_pt_release(n, fh);
+	close(fh->fd);
+	free(fh);
+}
+
 void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ovl_node *n = ovl_node_from_ino(ino);
@@ -90,6 +100,13 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		ovl_mutate_end();
 	if (r >= 0)
 		r = new_fh(fd, lower, fi);
+	if (r >= 0) {
+		r = ovl_pt_open(n, fd, write, (struct ovl_fh *)(uintptr_t)fi->fh);
+		if (r == -ESTALE)
+			ovl_node_unhash(n); /* the kernel retries the path walk and looks the name up afresh */
+		if (r < 0)
+			free((void *)(uintptr_t)fi->fh);
+	}
 	if (r < 0) {
 		safe_close(fd);
 		fuse_reply_err(req, -r);
@@ -99,10 +116,8 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	/* Attributes only: takes no lock the open holds, so it is done when open(2) returns. */
 	if (lower_hardlink && ovl_fs->se)
 		(void)fuse_lowlevel_notify_inval_inode(ovl_fs->se, ino, -1, 0);
-	if (fuse_reply_open(req, fi) != 0) {
-		close(fd);
-		free((void *)(uintptr_t)fi->fh);
-	}
+	if (ovl_pt_reply_open(req, fi, (struct ovl_fh *)(uintptr_t)fi->fh) != 0)
+		release_fh(n, fi);
 }
 
 void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi)
@@ -146,6 +161,9 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 		r = ovl_lookup_node(p, name, &n, &st);
 	if (r >= 0) {
 		r = new_fh(fd, false, fi);
+		/* A new node has no open files: never -ESTALE here. */
+		if (r >= 0 && (r = ovl_pt_open(n, fd, true, (struct ovl_fh *)(uintptr_t)fi->fh)) < 0)
+			free((void *)(uintptr_t)fi->fh);
 		if (r < 0)
 			ovl_node_forget(n, 1);
 	}
@@ -156,10 +174,9 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 	}
 	set_fi_flags(fi);
 	ovl_fill_entry(&e, n, &st);
-	if (fuse_reply_create(req, &e, fi) != 0) {
+	if (ovl_pt_reply_create(req, &e, fi, (struct ovl_fh *)(uintptr_t)fi->fh) != 0) {
+		release_fh(n, fi);
 		ovl_node_forget(n, 1);
-		close(fd);
-		free((void *)(uintptr_t)fi->fh);
 	}
 }
 
@@ -226,10 +243,7 @@ void ovl_op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in, of
 
 void ovl_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct ovl_fh *fh = (struct ovl_fh *)(uintptr_t)fi->fh;
-
-	close(fh->fd);
-	free(fh);
+	release_fh(ovl_node_from_ino(ino), fi);
 	fuse_reply_err(req, 0);
 }
 
@@ -501,6 +515,7 @@ void ovl_op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_background = 64;
 	conn->congestion_threshold = 48;
 	conn->time_gran = 1;
+	ovl_pt_init(conn);
 }
 
 void ovl_op_destroy(void *userdata)

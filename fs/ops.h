@@ -9,9 +9,19 @@
 #include "ovl.h"
 
 /* An open file: the fd and whether it points at a lower object (opened before any copy-up). */
+/* How the kernel does I/O on an open file (see fs/passthrough.c). */
+enum ovl_iomode {
+	OVL_IO_CACHED,    /* reads and writes come to us; the kernel may cache pages */
+	OVL_IO_PT,        /* the kernel reads, writes and maps the backing file itself */
+	OVL_IO_PT_DIRECT, /* passthrough mmap only; reads and writes come to us */
+};
+
 struct ovl_fh {
 	int fd;
 	bool lower;
+	bool counted;        /* counted in the node's open state (ovl_pt_open) */
+	uint8_t mode;        /* enum ovl_iomode */
+	int32_t backing_id;
 };
 
 static inline int ovl_fh_fd(struct fuse_file_info *fi)
@@ -79,3 +89,26 @@ void ovl_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const cha
 void ovl_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
 void ovl_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
 void ovl_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
+
+/* ---- passthrough (fs/passthrough.c) */
+
+/* Installs the I/O hooks that negotiate passthrough on ovl_fs->se (before the loop). Returns 0 or -ENOMEM. */
+int ovl_pt_setup(struct ovl_fs *fs);
+/* From the INIT handler: asks the kernel for passthrough in the reply being built. */
+void ovl_pt_init(struct fuse_conn_info *conn);
+/* True while the kernel accepts backing files. */
+bool ovl_pt_active(void);
+/*
+ * Chooses the io mode of a new open of node @n through @fd (the file the
+ * handle reads and writes) and fills @fh->mode, ->backing_id and ->counted.
+ * Returns 0, -ESTALE when a writable open meets passthrough files of an
+ * older object of the node (the caller splits the node and fails the open
+ * with ESTALE), or -errno.
+ */
+int ovl_pt_open(struct ovl_node *n, int fd, bool write, struct ovl_fh *fh);
+/* Undoes ovl_pt_open() at release (or when the open reply failed). */
+void ovl_pt_release(struct ovl_node *n, const struct ovl_fh *fh);
+/* fuse_reply_open()/fuse_reply_create() that also carry @fh's io mode and backing id. */
+int ovl_pt_reply_open(fuse_req_t req, const struct fuse_file_info *fi, const struct ovl_fh *fh);
+int ovl_pt_reply_create(fuse_req_t req, const struct fuse_entry_param *e, const struct fuse_file_info *fi,
+			const struct ovl_fh *fh);

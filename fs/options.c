@@ -180,7 +180,7 @@ static int parse_size(const char *v, uint64_t *ret)
 }
 
 /* Generic mount(8) options: passed to libfuse (kernel flags) or ignored. */
-static const char *const passthrough_opts[] = {
+static const char *const generic_opts[] = {
 	"rw", "ro", "suid", "nosuid", "dev", "nodev", "exec", "noexec", "async", "sync", "dirsync",
 	"atime", "noatime", "diratime", "nodiratime", "relatime", "norelatime", "strictatime",
 	"nostrictatime", "lazytime", "nolazytime",
@@ -277,6 +277,17 @@ static int parse_one(struct ovl_options *o, char *opt, char *err, size_t errlen)
 		o->threads = t;
 		return 0;
 	}
+	if (strcmp(opt, "passthrough") == 0) {
+		if (v && (strcmp(v, "off") == 0 || strcmp(v, "0") == 0))
+			o->passthrough = OVL_PT_OFF;
+		else if (v && strcmp(v, "upper") == 0)
+			o->passthrough = OVL_PT_UPPER;
+		else if (!v || strcmp(v, "all") == 0 || strcmp(v, "1") == 0)
+			o->passthrough = OVL_PT_ALL;
+		else
+			return fail(err, errlen, "invalid passthrough '%s': expected off, upper or all", v);
+		return 0;
+	}
 	if (strcmp(opt, "writeback") == 0 || strcmp(opt, "fsync") == 0) {
 		if (parse_bool(v, opt[0] == 'w' ? &o->writeback : &o->fsync) < 0)
 			return fail(err, errlen, "invalid %s '%s': expected 0 or 1", opt, v);
@@ -303,7 +314,7 @@ static int parse_one(struct ovl_options *o, char *opt, char *err, size_t errlen)
 		o->debug = true;
 		return 0;
 	}
-	if (!v && in_list(opt, passthrough_opts, ARRAY_SIZE(passthrough_opts))) {
+	if (!v && in_list(opt, generic_opts, ARRAY_SIZE(generic_opts))) {
 		if (strcmp(opt, "ro") == 0)
 			o->read_only = true;
 		else if (strcmp(opt, "rw") == 0)
@@ -343,6 +354,7 @@ int ovl_options_parse(int argc, char **argv, struct ovl_options *o, char *err, s
 	o->timeout = 86400;
 	o->writeback = false; /* kernel-side mtimes are never written back to us: see docs/fs.md */
 	o->fsync = true;
+	o->passthrough = OVL_PT_ALL;
 	o->threads = 8;
 
 	for (int i = 1; i < argc; i++) {

@@ -24,6 +24,13 @@
 #define OVL_MAX_LOWER 128
 #define OVL_WH_POOL 256
 
+/* Which files the kernel reads and writes directly (passthrough=), see fs/passthrough.c. */
+enum ovl_passthrough {
+	OVL_PT_OFF,   /* none: every read and write comes to the daemon */
+	OVL_PT_UPPER, /* upper files only: lower files are read through the daemon */
+	OVL_PT_ALL,   /* also lower files opened read-only */
+};
+
 struct ovl_idmap_range {
 	uint32_t disk; /* id stored in the layers ("container" id in fuse-overlayfs terms) */
 	uint32_t view; /* id shown through the mount ("host" id) */
@@ -50,6 +57,7 @@ struct ovl_options {
 	bool allow_other;     /* default: true when root */
 	bool default_permissions;
 	bool writeback;
+	uint8_t passthrough;  /* enum ovl_passthrough: kernel passthrough of file data (default all) */
 	bool fsync;           /* honour fsync requests (default true) */
 	bool read_only;
 	unsigned threads;     /* max worker threads */
@@ -126,6 +134,7 @@ struct ovl_node {
 	struct ovl_lower *extra;
 	bool opaque;                /* dirs: upper dir is opaque (no lower merged) */
 	atomic_bool stale;          /* fds must be re-resolved before use */
+	struct ovl_open *open;      /* passthrough.c's lock: open-file state, NULL while no file is open */
 };
 
 /* The result of resolving one name in a directory across the layers. Owns its fds. */

@@ -11,6 +11,8 @@ DRAFTFS_FSX_OPS sets operations per file (default 1500); a failure names
 the seed, op index and the first differing offset.
 """
 import mmap
+import errno
+import mmap
 import os
 import random
 
@@ -145,15 +147,16 @@ def test_fsx(fsenv, start):
         check("kernel view of upper", f.read(), model, f"seed {seed} kernel over upper")
 
 
-def test_open_fd_survives_copy_up(fsenv):
-    """A read-only fd opened before a copy-up sees the new data (draftfs has one inode, unlike the kernel)."""
+@pytest.mark.parametrize("passthrough", ["upper", "off"])
+def test_open_fd_survives_copy_up(fsenv, passthrough):
+    """With lower files read through the daemon, a read-only fd opened before a copy-up sees the new data."""
     fsutil.require_impl()
     if fsutil.IMPL == "kernel":
         pytest.skip("kernel overlayfs keeps serving the lower file to fds opened before copy-up")
     lower = fsenv.dir("lower")
     with open(os.path.join(lower, "f"), "wb") as f:
         f.write(b"a" * 10000)
-    m = fsenv.mount_impl([lower], name="impl")
+    m = fsenv.mount_impl([lower], name="impl", opts=f"passthrough={passthrough}")
     p = os.path.join(m.path, "f")
     ro = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -164,3 +167,50 @@ def test_open_fd_survives_copy_up(fsenv):
         assert os.fstat(ro).st_ino == os.stat(p).st_ino
     finally:
         os.close(ro)
+
+
+def test_passthrough_fd_across_copy_up(fsenv):
+    """Default passthrough=all: an fd opened read-only on a lower file keeps the lower data after another
+    fd copies the file up (as fuse-overlayfs does); the writer's open succeeds, every new open sees the new
+    data, the lower file is never written, and a writable reopen of the old fd through /proc fails with ESTALE."""
+    fsutil.require_impl()
+    if fsutil.IMPL == "kernel":
+        pytest.skip("draftfs passthrough option")
+    if tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2]) < (6, 9):
+        pytest.skip("FUSE passthrough needs Linux 6.9 or later")
+    lower = fsenv.dir("lower")
+    with open(os.path.join(lower, "f"), "wb") as f:
+        f.write(b"a" * 10000)
+    m = fsenv.mount_impl([lower], name="impl")
+    p = os.path.join(m.path, "f")
+    ro = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        assert os.pread(ro, 10, 0) == b"a" * 10
+        with open(p, "r+b") as f:
+            f.write(b"B" * 10)
+            f.flush()
+            # A second opener while the old fd is still open: reads come through the daemon, fresh.
+            with open(p, "rb") as g:
+                assert g.read(10) == b"B" * 10
+        with open(p, "rb") as g:
+            assert g.read(12) == b"B" * 10 + b"aa"
+        assert os.pread(ro, 10, 0) == b"a" * 10, "the old fd should keep its backing lower file"
+        assert os.fstat(ro).st_ino == os.stat(p).st_ino
+        with pytest.raises(OSError) as e:
+            os.open(f"/proc/self/fd/{ro}", os.O_WRONLY | os.O_CLOEXEC)
+        assert e.value.errno == errno.ESTALE
+    finally:
+        os.close(ro)
+    with open(os.path.join(lower, "f"), "rb") as f:
+        assert f.read() == b"a" * 10000, "the lower file changed"
+    # Once the old fd is closed, opens use the upper file directly again, and writable mmap works.
+    fd = os.open(p, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        mm = mmap.mmap(fd, 0)
+        mm[0:3] = b"MAP"
+        mm.flush()
+        mm.close()
+    finally:
+        os.close(fd)
+    with open(p, "rb") as g:
+        assert g.read(12) == b"MAPBBBBBBBaa"

@@ -1,0 +1,343 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * FUSE passthrough (Linux >= 6.9): a regular file is opened with a backing
+ * file, and the kernel then reads, writes and maps that file itself, with no
+ * round trip to the daemon per read or write. libfuse 3.14 predates the
+ * feature, so this file negotiates it: a custom I/O hook adds
+ * FUSE_PASSTHROUGH and max_stack_depth to the INIT reply, backing files are
+ * registered with the FUSE_DEV_IOC_BACKING_OPEN ioctl, and open and create
+ * replies carrying the backing id are built here.
+ *
+ * The kernel's rules shape the design. An inode is in one io mode at a time:
+ * "cached" (the FUSE page cache, reads and writes sent to us) or
+ * "uncached" (passthrough); an open in the other mode fails with EIO. All
+ * passthrough opens of one inode share one backing file object (a second,
+ * different one fails with EBUSY), and each open gets its own kernel file on
+ * that backing file's path, opened with the caller's flags and our
+ * credentials. Hence, per node, while any file is open (struct ovl_open):
+ *   - the first open picks the mode; later opens follow it;
+ *   - the backing object is the top object at that first open. When the
+ *     node's top object changes under open files (a copy-up of a lower file
+ *     that is open read-only, or a discard), later read-only opens are
+ *     passthrough with direct I/O: read and write come to us and see the new
+ *     object, only mmap maps the old one. A later writable open must never
+ *     reach a lower file through the backing path, so the node is split: it
+ *     leaves the name index, the open fails with ESTALE, and the kernel's
+ *     path walk retries once with LOOKUP_REVAL, which looks the name up
+ *     again and gets a fresh node (docs/fs.md, Passthrough);
+ *   - with a byte quota, writable opens are cached (or passthrough with
+ *     direct I/O when the node is already passthrough) so that every write
+ *     is counted.
+ * Lock order: pt_lock is taken with no node lock held and takes none.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fuse.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "macro.h"
+#include "ops.h"
+#include "ovl.h"
+
+/* Kernel ABI 7.40+, absent from the 6.1 uapi headers Debian 12 ships. */
+#define PT_FUSE_PASSTHROUGH (1ULL << 37)
+#define PT_FOPEN_DIRECT_IO (1U << 0)
+#define PT_FOPEN_KEEP_CACHE (1U << 1)
+#define PT_FOPEN_PASSTHROUGH (1U << 7)
+#define PT_INIT_EXT (1U << 30)
+
+struct pt_backing_map {
+	int32_t fd;
+	uint32_t flags;
+	uint64_t padding;
+};
+#define PT_DEV_IOC_BACKING_OPEN _IOW(229, 1, struct pt_backing_map)
+#define PT_DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
+
+/* fuse_init_out as of 7.40: flags2 at byte 32, max_stack_depth at 36. */
+#define PT_INIT_FLAGS2_OFF 32
+#define PT_INIT_DEPTH_OFF 36
+#define PT_INIT_OUT_SIZE 64
+
+struct pt_open_out {
+	uint64_t fh;
+	uint32_t open_flags;
+	int32_t backing_id;
+};
+
+/* Open-file state of one node, while it has open files. */
+struct ovl_open {
+	uint32_t n_pt;     /* open in passthrough mode (with or without direct I/O) */
+	uint32_t n_cached; /* open in cached mode */
+	int32_t backing_id;
+	dev_t dev;         /* identity of the backing object */
+	ino_t ino;
+};
+
+static pthread_mutex_t pt_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread bool init_reply_next; /* set by ovl_pt_init() on the thread that sends the INIT reply */
+static bool pt_wanted;                 /* asked for in INIT */
+static atomic_bool pt_on;              /* the kernel accepted it (cleared on the first refusal) */
+static int pt_dev_fd = -1;
+
+static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
+{
+	return read(fd, buf, len);
+}
+
+static ssize_t pt_splice(int fdin, off_t *offin, int fdout, off_t *offout, size_t len, unsigned flags, void *userdata)
+{
+	return splice(fdin, offin, fdout, offout, len, flags);
+}
+
+static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
+{
+	if (_unlikely_(init_reply_next) && count >= 2 && iov[1].iov_len == PT_INIT_OUT_SIZE) {
+		unsigned char out[PT_INIT_OUT_SIZE];
+		struct iovec v[2] = { iov[0], { out, sizeof(out) } };
+		uint32_t flags, flags2, depth = 1;
+
+		init_reply_next = false;
+		memcpy(out, iov[1].iov_base, sizeof(out));
+		memcpy(&flags, out + 12, sizeof(flags));
+		if (!(flags & PT_INIT_EXT))
+			return writev(fd, iov, count);
+		memcpy(&flags2, out + PT_INIT_FLAGS2_OFF, sizeof(flags2));
+		flags2 |= (uint32_t)(PT_FUSE_PASSTHROUGH >> 32);
+		memcpy(out + PT_INIT_FLAGS2_OFF, &flags2, sizeof(flags2));
+		memcpy(out + PT_INIT_DEPTH_OFF, &depth, sizeof(depth));
+		atomic_store(&pt_on, true);
+		return writev(fd, v, 2);
+	}
+	return writev(fd, iov, count);
+}
+
+int ovl_pt_setup(struct ovl_fs *fs)
+{
+	static const struct fuse_custom_io io = {
+		.read = pt_read,
+		.writev = pt_writev,
+		.splice_receive = pt_splice,
+		.splice_send = pt_splice,
+	};
+	int fd = fuse_session_fd(fs->se);
+
+	if (fs->opt->passthrough == OVL_PT_OFF || fs->opt->writeback)
+		return 0;
+	if (fuse_session_custom_io(fs->se, &io, fd) != 0)
+		return -ENOMEM;
+	pt_dev_fd = fd;
+	pt_wanted = true;
+	return 0;
+}
+
+void ovl_pt_init(struct fuse_conn_info *conn)
+{
+	/* FUSE_PASSTHROUGH is protocol 7.40; older kernels never see the flag. */
+	if (pt_wanted && conn->proto_major == 7 && conn->proto_minor >= 40)
+		init_reply_next = true;
+}
+
+bool ovl_pt_active(void)
+{
+	return atomic_load(&pt_on);
+}
+
+static int backing_open(int fd)
+{
+	struct pt_backing_map map = { .fd = fd };
+	int id = ioctl(pt_dev_fd, PT_DEV_IOC_BACKING_OPEN, &map);
+
+	if (id >= 0)
+		return id;
+	if (errno == EPERM || errno == ENOTTY || errno == EINVAL || errno == EOPNOTSUPP) {
+		/* Not enabled by this kernel after all: say so once, then stop trying. */
+		if (atomic_exchange(&pt_on, false))
+			log_info("passthrough: the kernel refused a backing file (%s), file data goes through the daemon",
+				 strerror(errno));
+	}
+	return -errno;
+}
+
+static void backing_close(int32_t id)
+{
+	uint32_t v = (uint32_t)id;
+
+	(void)ioctl(pt_dev_fd, PT_DEV_IOC_BACKING_CLOSE, &v);
+}
+
+static void put_open(struct ovl_node *n, enum ovl_iomode mode)
+{
+	struct ovl_open *o = n->open;
+
+	if (!o)
+		return;
+	if (mode == OVL_IO_CACHED) {
+		if (o->n_cached)
+			o->n_cached--;
+	} else if (o->n_pt && --o->n_pt == 0 && o->backing_id > 0) {
+		backing_close(o->backing_id);
+		o->backing_id = 0;
+	}
+	if (!o->n_pt && !o->n_cached) {
+		free(o);
+		n->open = NULL;
+	}
+}
+
+int ovl_pt_open(struct ovl_node *n, int fd, bool write, struct ovl_fh *fh)
+{
+	bool lower_ok = ovl_fs->opt->passthrough == OVL_PT_ALL;
+	bool quota = ovl_fs->opt->quota_bytes != 0;
+	struct ovl_open *o;
+	struct stat st;
+	int r = 0;
+
+	fh->mode = OVL_IO_CACHED;
+	fh->backing_id = 0;
+	fh->counted = false;
+	if (!atomic_load(&pt_on))
+		return 0;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode))
+		return 0;
+
+	pthread_mutex_lock(&pt_lock);
+	o = n->open;
+	if (!o) {
+		o = calloc(1, sizeof(*o));
+		if (!o) {
+			r = -ENOMEM;
+			goto out;
+		}
+		n->open = o;
+	}
+	if (o->n_cached) {
+		/* The kernel inode is in cached mode: a passthrough open would fail. */
+	} else if (o->n_pt) {
+		bool same = o->dev == st.st_dev && o->ino == st.st_ino;
+
+		if (!same && write) {
+			r = -ESTALE; /* the caller splits the node; see the top of this file */
+			goto out;
+		}
+		fh->mode = same && !(write && quota) ? OVL_IO_PT : OVL_IO_PT_DIRECT;
+		fh->backing_id = o->backing_id;
+	} else if (!(write && quota) && (lower_ok || !fh->lower)) {
+		int id = backing_open(fd);
+
+		if (id > 0) {
+			o->backing_id = id;
+			o->dev = st.st_dev;
+			o->ino = st.st_ino;
+			fh->mode = OVL_IO_PT;
+			fh->backing_id = id;
+		}
+		/* Refused (a stacked layer: ELOOP, or no kernel support): cached mode. */
+	}
+	if (fh->mode == OVL_IO_CACHED)
+		o->n_cached++;
+	else
+		o->n_pt++;
+	fh->counted = true;
+out:
+	if (o && !o->n_pt && !o->n_cached) {
+		free(o);
+		n->open = NULL;
+	}
+	pthread_mutex_unlock(&pt_lock);
+	return r;
+}
+
+void ovl_pt_release(struct ovl_node *n, const struct ovl_fh *fh)
+{
+	if (!fh->counted)
+		return; /* opened while passthrough was off: no state was made */
+	pthread_mutex_lock(&pt_lock);
+	put_open(n, fh->mode);
+	pthread_mutex_unlock(&pt_lock);
+}
+
+static void fill_open(struct pt_open_out *out, const struct fuse_file_info *fi, const struct ovl_fh *fh)
+{
+	memset(out, 0, sizeof(*out));
+	out->fh = fi->fh;
+	if (fh->mode == OVL_IO_CACHED) {
+		if (fi->keep_cache)
+			out->open_flags |= PT_FOPEN_KEEP_CACHE;
+		if (fi->direct_io)
+			out->open_flags |= PT_FOPEN_DIRECT_IO;
+		return;
+	}
+	out->open_flags = PT_FOPEN_PASSTHROUGH;
+	if (fh->mode == OVL_IO_PT_DIRECT)
+		out->open_flags |= PT_FOPEN_DIRECT_IO;
+	out->backing_id = fh->backing_id;
+}
+
+int ovl_pt_reply_open(fuse_req_t req, const struct fuse_file_info *fi, const struct ovl_fh *fh)
+{
+	struct pt_open_out out;
+
+	if (fh->mode == OVL_IO_CACHED)
+		return fuse_reply_open(req, fi);
+	fill_open(&out, fi, fh);
+	return fuse_reply_buf(req, (const char *)&out, sizeof(out));
+}
+
+static uint64_t timeout_sec(double t)
+{
+	return t <= 0 ? 0 : t >= 1e18 ? (uint64_t)1e18 : (uint64_t)t;
+}
+
+static uint32_t timeout_nsec(double t)
+{
+	double f = t - (double)timeout_sec(t);
+
+	return f <= 0 ? 0 : f >= 0.999999999 ? 999999999 : (uint32_t)(f * 1e9);
+}
+
+int ovl_pt_reply_create(fuse_req_t req, const struct fuse_entry_param *e, const struct fuse_file_info *fi,
+			const struct ovl_fh *fh)
+{
+	struct {
+		struct fuse_entry_out entry;
+		struct pt_open_out open;
+	} out;
+	const struct stat *st = &e->attr;
+
+	if (fh->mode == OVL_IO_CACHED)
+		return fuse_reply_create(req, e, fi);
+	memset(&out, 0, sizeof(out));
+	out.entry.nodeid = e->ino;
+	out.entry.generation = e->generation;
+	out.entry.entry_valid = timeout_sec(e->entry_timeout);
+	out.entry.entry_valid_nsec = timeout_nsec(e->entry_timeout);
+	out.entry.attr_valid = timeout_sec(e->attr_timeout);
+	out.entry.attr_valid_nsec = timeout_nsec(e->attr_timeout);
+	out.entry.attr.ino = st->st_ino;
+	out.entry.attr.mode = st->st_mode;
+	out.entry.attr.nlink = (uint32_t)st->st_nlink;
+	out.entry.attr.uid = st->st_uid;
+	out.entry.attr.gid = st->st_gid;
+	out.entry.attr.rdev = (uint32_t)st->st_rdev;
+	out.entry.attr.size = (uint64_t)st->st_size;
+	out.entry.attr.blksize = (uint32_t)st->st_blksize;
+	out.entry.attr.blocks = (uint64_t)st->st_blocks;
+	out.entry.attr.atime = (uint64_t)st->st_atim.tv_sec;
+	out.entry.attr.mtime = (uint64_t)st->st_mtim.tv_sec;
+	out.entry.attr.ctime = (uint64_t)st->st_ctim.tv_sec;
+	out.entry.attr.atimensec = (uint32_t)st->st_atim.tv_nsec;
+	out.entry.attr.mtimensec = (uint32_t)st->st_mtim.tv_nsec;
+	out.entry.attr.ctimensec = (uint32_t)st->st_ctim.tv_nsec;
+	fill_open(&out.open, fi, fh);
+	return fuse_reply_buf(req, (const char *)&out, sizeof(out));
+}
