@@ -53,6 +53,17 @@ static void test_basic(void)
 	ok(o.foreground, "-f sets foreground");
 	ok(o.timeout > 2.4 && o.timeout < 2.6, "timeout parsed");
 	is_str(o.statedir, "/s", "statedir");
+	is_int(o.passthrough, OVL_PT_ALL, "passthrough defaults to all");
+	ovl_options_free(&o);
+
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,passthrough=upper", "/m", NULL);
+	is_int(r, 0, "passthrough=upper parses: %s", err);
+	is_int(o.passthrough, OVL_PT_UPPER, "passthrough=upper");
+	ovl_options_free(&o);
+
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,passthrough=0", "/m", NULL);
+	is_int(r, 0, "passthrough=0 parses: %s", err);
+	is_int(o.passthrough, OVL_PT_OFF, "passthrough=0 is off");
 	ovl_options_free(&o);
 }
 
@@ -87,6 +98,11 @@ static void test_errors(void)
 
 	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,timeout=-1", "/m", NULL);
 	is_int(r, -EINVAL, "negative timeout rejected");
+	ovl_options_free(&o);
+
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,passthrough=some", "/m", NULL);
+	is_int(r, -EINVAL, "bad passthrough value rejected");
+	ok(strstr(err, "'some'") != NULL, "error quotes the value: %s", err);
 	ovl_options_free(&o);
 
 	r = parse(&o, err, "-x", "-o", "lowerdir=/l,upperdir=/u,workdir=/w", "/m");
