@@ -214,3 +214,32 @@ def test_passthrough_fd_across_copy_up(fsenv):
         os.close(fd)
     with open(p, "rb") as g:
         assert g.read(12) == b"MAPBBBBBBBaa"
+
+
+@pytest.mark.parametrize("hold_reader", [False, True])
+def test_quota_counts_writes_with_passthrough(fsenv, hold_reader):
+    """With quota_bytes, writable opens never bypass the daemon: also while a passthrough reader holds the file."""
+    fsutil.require_impl()
+    if fsutil.IMPL == "kernel":
+        pytest.skip("draftfs quota option")
+    lower = fsenv.dir("lower")
+    m = fsenv.mount_impl([lower], name="impl", opts="quota_bytes=1M")
+    p = os.path.join(m.path, "f")
+    with open(p, "wb") as f:
+        f.write(b"x" * 1000)
+    ro = os.open(p, os.O_RDONLY | os.O_CLOEXEC) if hold_reader else -1
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        try:
+            with pytest.raises(OSError) as e:
+                for _ in range(64):
+                    os.write(fd, b"y" * 65536)
+            assert e.value.errno in (errno.ENOSPC, errno.EDQUOT), e.value
+        finally:
+            os.close(fd)
+        if hold_reader:
+            assert os.pread(ro, 4, 0) == b"xxxx"
+    finally:
+        if ro >= 0:
+            os.close(ro)
+    assert os.stat(p).st_size <= 1024 * 1024 + 65536
