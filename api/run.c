@@ -320,6 +320,7 @@ static int session_acquire(struct api_session *s, struct api_run *run)
 	s->current = run;
 	run->running = true;
 	pthread_mutex_unlock(&s->lock);
+	api_session_revive(s);
 	return 0;
 }
 

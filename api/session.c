@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/statfs.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -681,7 +682,48 @@ int api_session_op_begin(struct api_session *s)
 	else
 		s->ops++;
 	pthread_mutex_unlock(&s->lock);
+	if (r == 0)
+		api_session_revive(s);
 	return r;
+}
+
+/* True when the view is a FUSE mount whose daemon is gone. */
+static bool view_dead(int fd)
+{
+	struct statfs sf;
+
+	/* ENOTCONN once the daemon's /dev/fuse is closed; ECONNABORTED after an abort. */
+	return fstatfs(fd, &sf) < 0 && (errno == ENOTCONN || errno == ECONNABORTED);
+}
+
+void api_session_revive(struct api_session *s)
+{
+	static pthread_mutex_t revive_lock = PTHREAD_MUTEX_INITIALIZER;
+	struct api_error err = {};
+	int r, fd;
+
+	if (_likely_(!view_dead(s->view_fd)))
+		return;
+	pthread_mutex_lock(&revive_lock);
+	if (!view_dead(s->view_fd)) { /* another request did it */
+		pthread_mutex_unlock(&revive_lock);
+		return;
+	}
+	log_warning("session %s: its draftfs is gone (the view says ENOTCONN), remounting from the upper", s->id);
+	r = api_umount_view(s->view);
+	if (r >= 0)
+		r = api_mount_view(s, &err);
+	if (r >= 0) {
+		fd = open(s->view, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		/* dup3 swaps the mount behind the same fd number for requests that hold it. */
+		r = fd < 0 ? -errno : dup3(fd, s->view_fd, O_CLOEXEC) < 0 ? -errno : 0;
+		safe_close(fd);
+	}
+	if (r < 0)
+		log_error_errno(r, "session %s: cannot remount the view: %s", s->id, err.message[0] ? err.message : strerror(-r));
+	else
+		log_info("session %s: remounted from its upper", s->id);
+	pthread_mutex_unlock(&revive_lock);
 }
 
 void api_session_op_end(struct api_session *s)

@@ -106,8 +106,19 @@ cJSON *api_sessions_list_json(struct api_server *srv, unsigned *ret_count);
 /* Sums the uppers of all sessions (bounded walk). */
 void api_sessions_upper_usage(struct api_server *srv, uint64_t *ret_bytes, uint64_t *ret_inodes);
 
-/* Marks an operation in flight (delete waits for it). Returns 0 or -ESRCH when the session is being deleted. */
+/*
+ * Marks an operation in flight (delete waits for it), after reviving a dead
+ * view. Returns 0 or -ESRCH when the session is being deleted.
+ */
 int api_session_op_begin(struct api_session *s);
+
+/*
+ * If the session's draftfs has died (the view says ENOTCONN), unmounts it
+ * and mounts a new one over the same upper, so the session goes on with
+ * every change it had. Logs what it did; a failure leaves the view dead
+ * (requests then fail with their own errors).
+ */
+void api_session_revive(struct api_session *s);
 void api_session_op_end(struct api_session *s);
 
 /* Records activity for the idle collector and persists last_run_at. */

@@ -67,6 +67,35 @@ def test_restart_keeps_sessions_and_changes(env):
     srv.stop()
 
 
+def test_dead_draftfs_is_revived_while_serving(env):
+    """A session's draftfs killed under a running server: the next request remounts it from the upper."""
+    srv = env.server()
+    c = srv.client()
+    sid = c.create(env.workspace())
+    c.run_ok(sid, "echo kept > kept.txt; echo more >> a.txt")
+    view = os.path.join(srv.state, "sessions", sid, "view")
+    pids = draftfs_pids(view)
+    assert pids, "the session's draftfs is not running"
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.time() + 5
+    while draftfs_pids(view) and time.time() < deadline:
+        time.sleep(0.05)
+    # a file operation first, then a run: both see every change made before the kill
+    r = c.request("GET", c.files_path(sid, "files/info"), query={"path": "kept.txt"})
+    assert r.status == 200, r
+    out, _ = c.run_ok(sid, "cat kept.txt a.txt")
+    assert out.split() == ["kept", "hello", "more"]
+    new_pids = draftfs_pids(view)
+    assert new_pids and not set(new_pids) & set(pids)
+    assert "remounted from its upper" in srv.read_log()
+    d = c.request("GET", f"{S}/{sid}/diff").json()
+    assert {ch["path"] for ch in d["changes"]} == {"kept.txt", "a.txt"}
+    c.delete(sid)
+    assert mounts_under(srv.state) == []
+    srv.stop()
+
+
 def test_crash_kills_orphan_runs(env):
     srv = env.server()
     c = srv.client()
