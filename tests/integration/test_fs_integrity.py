@@ -147,20 +147,26 @@ def test_fsx(fsenv, start):
         check("kernel view of upper", f.read(), model, f"seed {seed} kernel over upper")
 
 
+def open_lower_file(fsenv, opts=None):
+    """Mounts a lower holding f (10000 x 'a') and opens f read-only: returns (path in the mount, fd, lower)."""
+    lower = fsenv.dir("lower")
+    with open(os.path.join(lower, "f"), "wb") as f:
+        f.write(b"a" * 10000)
+    m = fsenv.mount_impl([lower], name="impl", **({"opts": opts} if opts else {}))
+    p = os.path.join(m.path, "f")
+    ro = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+    assert os.pread(ro, 10, 0) == b"a" * 10
+    return p, ro, lower
+
+
 @pytest.mark.parametrize("passthrough", ["upper", "off"])
 def test_open_fd_survives_copy_up(fsenv, passthrough):
     """With lower files read through the daemon, a read-only fd opened before a copy-up sees the new data."""
     fsutil.require_impl()
     if fsutil.IMPL == "kernel":
         pytest.skip("kernel overlayfs keeps serving the lower file to fds opened before copy-up")
-    lower = fsenv.dir("lower")
-    with open(os.path.join(lower, "f"), "wb") as f:
-        f.write(b"a" * 10000)
-    m = fsenv.mount_impl([lower], name="impl", opts=f"passthrough={passthrough}")
-    p = os.path.join(m.path, "f")
-    ro = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+    p, ro, _ = open_lower_file(fsenv, f"passthrough={passthrough}")
     try:
-        assert os.pread(ro, 10, 0) == b"a" * 10
         with open(p, "r+b") as f:
             f.write(b"B" * 10)
         assert os.pread(ro, 10, 0) == b"B" * 10, "fd opened before copy-up reads stale lower data"
@@ -178,14 +184,8 @@ def test_passthrough_fd_across_copy_up(fsenv):
         pytest.skip("draftfs passthrough option")
     if tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2]) < (6, 9):
         pytest.skip("FUSE passthrough needs Linux 6.9 or later")
-    lower = fsenv.dir("lower")
-    with open(os.path.join(lower, "f"), "wb") as f:
-        f.write(b"a" * 10000)
-    m = fsenv.mount_impl([lower], name="impl")
-    p = os.path.join(m.path, "f")
-    ro = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+    p, ro, lower = open_lower_file(fsenv)
     try:
-        assert os.pread(ro, 10, 0) == b"a" * 10
         with open(p, "r+b") as f:
             f.write(b"B" * 10)
             f.flush()
