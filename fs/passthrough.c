@@ -8,26 +8,31 @@
  * registered with the FUSE_DEV_IOC_BACKING_OPEN ioctl, and open and create
  * replies carrying the backing id are built here.
  *
- * The kernel's rules shape the design. An inode is in one io mode at a time:
+ * Only reads pass through. Writes always come to the daemon: the control
+ * plane's quiesce (diff, commit, discard on the live mount) holds writers
+ * between requests, which it could not do to the kernel writing a backing
+ * file itself, and a byte quota counts every write.
+ *
+ * The kernel's rules shape the rest. An inode is in one io mode at a time:
  * "cached" (the FUSE page cache, reads and writes sent to us) or
  * "uncached" (passthrough); an open in the other mode fails with EIO. All
  * passthrough opens of one inode share one backing file object (a second,
  * different one fails with EBUSY), and each open gets its own kernel file on
  * that backing file's path, opened with the caller's flags and our
  * credentials. Hence, per node, while any file is open (struct ovl_open):
- *   - the first open picks the mode; later opens follow it;
- *   - the backing object is the top object at that first open. When the
+ *   - the first open picks the mode: passthrough for a read-only open,
+ *     cached for a writable one; later opens follow it;
+ *   - in passthrough mode a writable open is passthrough with direct I/O:
+ *     its reads and writes come to us, only mmap uses the backing file;
+ *   - the backing object is the top object at the first open. When the
  *     node's top object changes under open files (a copy-up of a lower file
- *     that is open read-only, or a discard), later read-only opens are
- *     passthrough with direct I/O: read and write come to us and see the new
- *     object, only mmap maps the old one. A later writable open must never
- *     reach a lower file through the backing path, so the node is split: it
- *     leaves the name index, the open fails with ESTALE, and the kernel's
- *     path walk retries once with LOOKUP_REVAL, which looks the name up
- *     again and gets a fresh node (docs/fs.md, Passthrough);
- *   - with a byte quota, writable opens are cached (or passthrough with
- *     direct I/O when the node is already passthrough) so that every write
- *     is counted.
+ *     open read-only, or a discard), later read-only opens are passthrough
+ *     with direct I/O too (they read the new object through us). A later
+ *     writable open must never get a kernel file on a lower backing path,
+ *     so the node is split: it leaves the name index, the open fails with
+ *     ESTALE, and the kernel's path walk retries once with LOOKUP_REVAL,
+ *     which looks the name up again and gets a fresh node (docs/fs.md,
+ *     Passthrough).
  * Lock order: pt_lock is taken with no node lock held and takes none.
  */
 #include <errno.h>
@@ -195,7 +200,6 @@ static void put_open(struct ovl_node *n, enum ovl_iomode mode)
 int ovl_pt_open(struct ovl_node *n, int fd, bool write, struct ovl_fh *fh)
 {
 	bool lower_ok = ovl_fs->opt->passthrough == OVL_PT_ALL;
-	bool quota = ovl_fs->opt->quota_bytes != 0;
 	struct ovl_open *o;
 	struct stat st;
 	int r = 0;
@@ -229,9 +233,10 @@ int ovl_pt_open(struct ovl_node *n, int fd, bool write, struct ovl_fh *fh)
 			r = -ESTALE; /* the caller splits the node; see the top of this file */
 			goto out;
 		}
-		fh->mode = same && !(write && quota) ? OVL_IO_PT : OVL_IO_PT_DIRECT;
+		/* Writes always come to us (see the top of this file); so do reads of a newer object. */
+		fh->mode = same && !write ? OVL_IO_PT : OVL_IO_PT_DIRECT;
 		fh->backing_id = o->backing_id;
-	} else if (!(write && quota) && (lower_ok || !fh->lower)) {
+	} else if (!write && (lower_ok || !fh->lower)) {
 		int id = backing_open(fd);
 
 		if (id > 0) {
