@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/fs.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "fdpath.h"
@@ -27,8 +29,14 @@
 
 void ovl_tmp_name(char tmp[static 64])
 {
-	snprintf(tmp, 64, "#draftfs-%d-%llu", (int)getpid(),
-		 (unsigned long long)atomic_fetch_add(&ovl_fs->tmp_seq, 1));
+	static atomic_int pid; /* getpid() is a syscall: once per process (requests come after any fork) */
+	int p = atomic_load(&pid);
+
+	if (!p) {
+		p = (int)getpid();
+		atomic_store(&pid, p);
+	}
+	snprintf(tmp, 64, "#draftfs-%d-%llu", p, (unsigned long long)atomic_fetch_add(&ovl_fs->tmp_seq, 1));
 }
 
 int ovl_copy_data(int src_fd, int dst_fd, off_t size)
@@ -360,16 +368,32 @@ static void pool_name(char buf[static 64], uint64_t seq)
 	snprintf(buf, 64, "#draftfs-wh-%llu", (unsigned long long)seq);
 }
 
+/*
+ * The helper thread: first removes what was queued for removal in work/
+ * (the replaced upper dir of an rmdir or a rename, with the whiteouts in
+ * it: freeing inodes is the slow part), then keeps the whiteout pool full.
+ */
 static void *whiteout_pool_thread(void *userdata)
 {
 	struct ovl_fs *fs = userdata;
 
 	pthread_mutex_lock(&fs->wh_lock);
-	while (!fs->wh_stop) {
+	for (;;) {
 		char name[64];
 		uint64_t seq;
 
-		if (fs->wh_avail >= OVL_WH_POOL) {
+		if (fs->reap_n > 0) {
+			memcpy(name, fs->reap[fs->reap_head], sizeof(name));
+			fs->reap_head = (fs->reap_head + 1) % OVL_REAP_MAX;
+			fs->reap_n--;
+			pthread_mutex_unlock(&fs->wh_lock);
+			(void)ovl_core_rm_rf_at(fs->workwork_fd, name);
+			pthread_mutex_lock(&fs->wh_lock);
+			continue;
+		}
+		if (fs->wh_stop)
+			break;
+		if (fs->wh_avail >= OVL_WH_POOL || fs->wh_failed) {
 			pthread_cond_wait(&fs->wh_cond, &fs->wh_lock);
 			continue;
 		}
@@ -378,7 +402,8 @@ static void *whiteout_pool_thread(void *userdata)
 		pool_name(name, seq);
 		if (mknodat(fs->workwork_fd, name, S_IFCHR | 0, makedev(0, 0)) < 0) {
 			pthread_mutex_lock(&fs->wh_lock);
-			break; /* no whiteouts here: callers fall back to mknod and see the error */
+			fs->wh_failed = true; /* no whiteouts here: callers fall back to mknod and see the error */
+			continue;
 		}
 		pthread_mutex_lock(&fs->wh_lock);
 		fs->wh_pool[fs->wh_avail++] = seq;
@@ -407,16 +432,33 @@ void ovl_whiteout_pool_stop(struct ovl_fs *fs)
 	fs->wh_stop = true;
 	pthread_cond_signal(&fs->wh_cond);
 	pthread_mutex_unlock(&fs->wh_lock);
-	pthread_join(fs->wh_thread, NULL);
+	pthread_join(fs->wh_thread, NULL); /* after it has emptied the removal queue */
 	fs->wh_running = false;
 	/* The pool's whiteouts stay in work/: cleaned at the next mount. */
 }
 
-/* Moves a pre-made whiteout to work/@tmp. Returns true on success. */
-static bool take_pooled_whiteout(const char *tmp)
+void ovl_work_reap(const char *tmp)
 {
 	struct ovl_fs *fs = ovl_fs;
-	char name[64];
+
+	if (fs->wh_running && strlen(tmp) < 64) {
+		pthread_mutex_lock(&fs->wh_lock);
+		if (!fs->wh_stop && fs->reap_n < OVL_REAP_MAX) {
+			snprintf(fs->reap[(fs->reap_head + fs->reap_n) % OVL_REAP_MAX], 64, "%s", tmp);
+			fs->reap_n++;
+			pthread_cond_signal(&fs->wh_cond);
+			pthread_mutex_unlock(&fs->wh_lock);
+			return;
+		}
+		pthread_mutex_unlock(&fs->wh_lock);
+	}
+	(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp);
+}
+
+/* Takes a pre-made whiteout: its name in work/ goes to @tmp. Returns true on success. */
+static bool take_pooled_whiteout(char tmp[static 64])
+{
+	struct ovl_fs *fs = ovl_fs;
 	uint64_t seq;
 
 	if (!fs->wh_running)
@@ -430,28 +472,50 @@ static bool take_pooled_whiteout(const char *tmp)
 	if (fs->wh_avail < OVL_WH_POOL / 2)
 		pthread_cond_signal(&fs->wh_cond);
 	pthread_mutex_unlock(&fs->wh_lock);
-	pool_name(name, seq);
-	return renameat2(fs->workwork_fd, name, fs->workwork_fd, tmp, RENAME_NOREPLACE) == 0;
+	/* Pool names are unique like ovl_tmp_name()'s: used as they are, no rename. */
+	pool_name(tmp, seq);
+	return true;
 }
 
-int ovl_make_whiteout_tmp(char tmp[static 64], unsigned layer, const struct stat *lower_st)
+int ovl_lsetxattr_at(int dir_fd, const char *name, const char *xname, const void *value, size_t size, int flags)
+{
+	char p[32 + NAME_MAX];
+
+	/* One lookup of @name through the dir's magic link, instead of open + setxattr + close. */
+	if (!name_is_valid(name))
+		return -EINVAL;
+	snprintf(p, sizeof(p), "/proc/self/fd/%d/%s", dir_fd, name);
+	return lsetxattr(p, xname, value, size, flags) < 0 ? -errno : 0;
+}
+
+int ovl_make_whiteout_rec(char tmp[static 64], const char *record, size_t len)
 {
 	int r;
 
-	ovl_tmp_name(tmp);
-	if (!take_pooled_whiteout(tmp) && mknodat(ovl_fs->workwork_fd, tmp, S_IFCHR | 0, makedev(0, 0)) < 0)
-		return -errno;
-	if (lower_st) {
-		char origin[256];
-
-		ovl_origin_format(origin, sizeof(origin), layer, lower_st);
-		r = ovl_setxattr_at(ovl_fs->workwork_fd, tmp, OVL_XATTR_ORIGIN, origin, strlen(origin), 0);
+	if (!take_pooled_whiteout(tmp)) {
+		ovl_tmp_name(tmp);
+		if (mknodat(ovl_fs->workwork_fd, tmp, S_IFCHR | 0, makedev(0, 0)) < 0)
+			return -errno;
+	}
+	if (record && len > 0) {
+		r = ovl_lsetxattr_at(ovl_fs->workwork_fd, tmp, OVL_XATTR_ORIGIN, record, len, 0);
 		if (r < 0) {
 			(void)unlinkat(ovl_fs->workwork_fd, tmp, 0);
 			return r;
 		}
 	}
 	return 0;
+}
+
+int ovl_make_whiteout_tmp(char tmp[static 64], unsigned layer, const struct stat *lower_st)
+{
+	char origin[256];
+	int n;
+
+	if (!lower_st)
+		return ovl_make_whiteout_rec(tmp, NULL, 0);
+	n = ovl_origin_format(origin, sizeof(origin), layer, lower_st);
+	return ovl_make_whiteout_rec(tmp, origin, (size_t)n);
 }
 
 int ovl_core_rm_rf_at(int dir_fd, const char *name)
