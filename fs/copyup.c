@@ -39,27 +39,45 @@ void ovl_tmp_name(char tmp[static 64])
 	snprintf(tmp, 64, "#draftfs-%d-%llu", p, (unsigned long long)atomic_fetch_add(&ovl_fs->tmp_seq, 1));
 }
 
-int ovl_copy_data(int src_fd, int dst_fd, off_t size)
-{
-	off_t pos = 0;
+/* Set once FICLONE failed with EOPNOTSUPP/ENOTTY: the upper fs cannot clone (it is the destination of every clone). */
+static atomic_bool clone_unsupported;
 
-	if (size > 0 && ioctl(dst_fd, FICLONE, src_fd) == 0)
-		return ftruncate(dst_fd, size) < 0 ? -errno : 0;
+/*
+ * Copies @size bytes of @src_fd into the new, empty @dst_fd. @sparse: the
+ * source may have holes (else it is copied in one go, without SEEK_DATA /
+ * SEEK_HOLE probes). Returns 0 or -errno.
+ */
+static int copy_data(int src_fd, int dst_fd, off_t size, bool sparse)
+{
+	off_t pos = 0, end = 0; /* end: where the data written so far ends */
+
+	if (size > 0 && !atomic_load(&clone_unsupported)) {
+		if (ioctl(dst_fd, FICLONE, src_fd) == 0)
+			return ftruncate(dst_fd, size) < 0 ? -errno : 0;
+		if (errno == EOPNOTSUPP || errno == ENOTTY)
+			atomic_store(&clone_unsupported, true);
+	}
 
 	while (pos < size) {
-		off_t data = lseek(src_fd, pos, SEEK_DATA), hole;
+		off_t data, hole;
 
-		if (data < 0) {
-			if (errno == ENXIO)
-				break; /* only a hole remains */
-			data = pos; /* no SEEK_DATA: copy everything */
+		if (!sparse) {
+			data = pos;
 			hole = size;
 		} else {
-			if (data >= size)
-				break;
-			hole = lseek(src_fd, data, SEEK_HOLE);
-			if (hole < 0 || hole > size)
+			data = lseek(src_fd, pos, SEEK_DATA);
+			if (data < 0) {
+				if (errno == ENXIO)
+					break; /* only a hole remains */
+				data = pos; /* no SEEK_DATA: copy everything */
 				hole = size;
+			} else {
+				if (data >= size)
+					break;
+				hole = lseek(src_fd, data, SEEK_HOLE);
+				if (hole < 0 || hole > size)
+					hole = size;
+			}
 		}
 		pos = data;
 		while (pos < hole) {
@@ -95,14 +113,31 @@ int ovl_copy_data(int src_fd, int dst_fd, off_t size)
 			if (n == 0)
 				break; /* source shorter than expected */
 			pos += n;
+			end = pos;
 		}
 		pos = hole;
 	}
+	/* The new file already has the right size when the data went up to @size. */
+	if (end == size)
+		return 0;
 	return ftruncate(dst_fd, size) < 0 ? -errno : 0;
 }
 
-/* Copies every non-private xattr of @src (O_PATH or real fd) to @dst. */
-static int copy_xattrs(int src, int dst)
+int ovl_copy_data(int src_fd, int dst_fd, off_t size)
+{
+	return copy_data(src_fd, dst_fd, size, true);
+}
+
+/* fsetxattr on a real fd (@real) directly, else through the O_PATH fd's magic link. */
+static int set_xattr(int fd, bool real, const char *name, const void *value, size_t size)
+{
+	if (!real)
+		return ovl_fsetxattr(fd, name, value, size, 0);
+	return fsetxattr(fd, name, value, size, 0) < 0 ? -errno : 0;
+}
+
+/* Copies every non-private xattr of @src (O_PATH or real fd) to @dst (a real fd if @dst_real). */
+static int copy_xattrs(int src, int dst, bool dst_real)
 {
 	_cleanup_free_ char *list = NULL, *val = NULL;
 	size_t vcap = 0;
@@ -137,7 +172,7 @@ static int copy_xattrs(int src, int dst)
 		vn = ovl_fgetxattr(src, p, val, vcap);
 		if (vn < 0)
 			continue;
-		r = ovl_fsetxattr(dst, p, val, (size_t)vn, 0);
+		r = set_xattr(dst, dst_real, p, val, (size_t)vn);
 		if (r < 0 && r != -EOPNOTSUPP && r != -EPERM)
 			return r;
 	}
@@ -161,6 +196,7 @@ static int create_copy(int dir, const char *name, int src, const struct stat *st
 {
 	_cleanup_close_ int fd = -1;
 	mode_t type = st->st_mode & S_IFMT;
+	bool real;
 	int r;
 
 	switch (type) {
@@ -176,7 +212,8 @@ static int create_copy(int dir, const char *name, int src, const struct stat *st
 			in = fd_reopen(src, O_RDONLY);
 			if (in < 0)
 				return in;
-			r = ovl_copy_data(in, fd, size);
+			/* Fully allocated: no hole to keep, copy without SEEK_DATA/SEEK_HOLE probes. */
+			r = copy_data(in, fd, size, (off_t)st->st_blocks * 512 < st->st_size);
 			if (r < 0)
 				return r;
 		}
@@ -212,19 +249,30 @@ static int create_copy(int dir, const char *name, int src, const struct stat *st
 		break;
 	}
 
+	/* Regular files and dirs have a real fd: metadata calls on it need no path walk. */
+	real = type == S_IFREG || type == S_IFDIR;
 	if (fchownat(fd, "", st->st_uid, st->st_gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
 		return -errno;
-	if (type != S_IFLNK && fchmodat(dir, name, st->st_mode & 07777, 0) < 0)
+	if (real) {
+		if (fchmod(fd, st->st_mode & 07777) < 0)
+			return -errno;
+	} else if (type != S_IFLNK && fchmodat(dir, name, st->st_mode & 07777, 0) < 0) {
 		return -errno;
-	r = copy_xattrs(src, fd);
+	}
+	r = copy_xattrs(src, fd, real);
 	if (r < 0)
 		return r;
 	if (origin) {
-		r = ovl_fsetxattr(fd, OVL_XATTR_ORIGIN, origin, strlen(origin), 0);
+		r = set_xattr(fd, real, OVL_XATTR_ORIGIN, origin, strlen(origin));
 		if (r < 0)
 			return r;
 	}
-	if (type != S_IFDIR) {
+	if (type == S_IFREG) {
+		struct timespec ts[2] = { st->st_atim, st->st_mtim };
+
+		if (futimens(fd, ts) < 0)
+			return -errno;
+	} else if (type != S_IFDIR) {
 		r = set_times_at(dir, name, st);
 		if (r < 0)
 			return r;
