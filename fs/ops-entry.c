@@ -18,6 +18,7 @@
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "fdpath.h"
@@ -365,8 +366,12 @@ int ovl_prepare_create(fuse_req_t req, struct ovl_node *p, const char *name, str
 		return c->pfd;
 	if (c->over_whiteout) {
 		/* The name hides a lower entry: the new object inherits the whiteout's record (the first one). */
-		_cleanup_close_ int wfd = openat(c->pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-		ssize_t n = wfd >= 0 ? ovl_fgetxattr(wfd, OVL_XATTR_ORIGIN, c->origin, sizeof(c->origin) - 1) : -1;
+		char wp[32 + NAME_MAX];
+		ssize_t n;
+
+		/* Read through the dir's magic link: no open + close of the whiteout. */
+		snprintf(wp, sizeof(wp), "/proc/self/fd/%d/%s", c->pfd, name);
+		n = lgetxattr(wp, OVL_XATTR_ORIGIN, c->origin, sizeof(c->origin) - 1);
 
 		c->origin[n > 0 ? n : 0] = '\0';
 		/* " new": a different object than the origin (st_ino is its own); parsers ignore the suffix. */
