@@ -101,7 +101,7 @@ static int place_tmp(const char *tmp, int pfd, const char *name, bool replace)
 		return renameat2(fs->workwork_fd, tmp, pfd, name, RENAME_NOREPLACE) < 0 ? -errno : 0;
 	if (renameat2(fs->workwork_fd, tmp, pfd, name, RENAME_EXCHANGE) < 0)
 		return -errno;
-	(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp); /* what was there before */
+	ovl_work_reap(tmp); /* what was there before, removed in the background */
 	return 0;
 }
 
@@ -447,7 +447,7 @@ static int do_rename(struct ovl_node *p, const char *name, struct ovl_node *np, 
 				if (renameat(pfd, name, fs->workwork_fd, tmp) < 0)
 					r = -errno;
 				else
-					(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp);
+					ovl_work_reap(tmp);
 			}
 		}
 	} else {
