@@ -416,10 +416,79 @@ static void pool_name(char buf[static 64], uint64_t seq)
 	snprintf(buf, 64, "#draftfs-wh-%llu", (unsigned long long)seq);
 }
 
+static int rm_rf_entry(int dir_fd, const char *name, unsigned char dtype);
+
+/*
+ * Reuses the whiteout @name in directory @dfd as a pool whiteout when the
+ * pool has room: a char device 0/0, mode 0, root's, one link (what the pool
+ * and RENAME_WHITEOUT make); its origin record is removed, the rename into
+ * work/ gives it a fresh ctime, as a new one would have. A rename and a
+ * removexattr instead of an unlink now and a mknod later (inode free and
+ * allocation are the slow part). Returns true if it was taken.
+ */
+static bool recycle_whiteout(struct ovl_fs *fs, int dfd, const char *name)
+{
+	char pn[64], p[32 + NAME_MAX];
+	struct stat st;
+	uint64_t seq;
+
+	pthread_mutex_lock(&fs->wh_lock);
+	if (fs->wh_avail >= OVL_WH_POOL) {
+		pthread_mutex_unlock(&fs->wh_lock);
+		return false;
+	}
+	seq = fs->wh_seq++;
+	pthread_mutex_unlock(&fs->wh_lock);
+
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !ovl_is_whiteout(&st) || st.st_nlink != 1 ||
+	    (st.st_mode & 07777) != 0 || st.st_uid != 0 || st.st_gid != 0)
+		return false;
+	snprintf(p, sizeof(p), "/proc/self/fd/%d/%s", dfd, name);
+	if (lremovexattr(p, OVL_XATTR_ORIGIN) < 0 && errno != ENODATA)
+		return false;
+	pool_name(pn, seq);
+	if (renameat2(dfd, name, fs->workwork_fd, pn, RENAME_NOREPLACE) < 0)
+		return false;
+	/* Only this thread adds to the pool: the room seen above is still there. */
+	pthread_mutex_lock(&fs->wh_lock);
+	fs->wh_pool[fs->wh_avail++] = seq;
+	pthread_mutex_unlock(&fs->wh_lock);
+	return true;
+}
+
+/* Removes work/@name (queued by ovl_work_reap()), recycling the whiteouts directly inside it. */
+static void reap_one(struct ovl_fs *fs, const char *name)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	int fd;
+
+	fd = openat(fs->workwork_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		(void)ovl_core_rm_rf_at(fs->workwork_fd, name); /* not a directory */
+		return;
+	}
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		(void)ovl_core_rm_rf_at(fs->workwork_fd, name);
+		return;
+	}
+	while ((de = readdir(d))) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (de->d_type == DT_CHR && recycle_whiteout(fs, dirfd(d), de->d_name))
+			continue;
+		(void)rm_rf_entry(dirfd(d), de->d_name, de->d_type);
+	}
+	(void)unlinkat(fs->workwork_fd, name, AT_REMOVEDIR);
+}
+
 /*
  * The helper thread: first removes what was queued for removal in work/
  * (the replaced upper dir of an rmdir or a rename, with the whiteouts in
- * it: freeing inodes is the slow part), then keeps the whiteout pool full.
+ * it: freeing inodes is the slow part; whiteouts are recycled into the
+ * pool), then keeps the whiteout pool full.
  */
 static void *whiteout_pool_thread(void *userdata)
 {
@@ -435,7 +504,7 @@ static void *whiteout_pool_thread(void *userdata)
 			fs->reap_head = (fs->reap_head + 1) % OVL_REAP_MAX;
 			fs->reap_n--;
 			pthread_mutex_unlock(&fs->wh_lock);
-			(void)ovl_core_rm_rf_at(fs->workwork_fd, name);
+			reap_one(fs, name);
 			pthread_mutex_lock(&fs->wh_lock);
 			continue;
 		}
@@ -566,6 +635,18 @@ int ovl_make_whiteout_tmp(char tmp[static 64], unsigned layer, const struct stat
 	return ovl_make_whiteout_rec(tmp, origin, (size_t)n);
 }
 
+/* Removes the entry @name of type @dtype (DT_*, from readdir): a non-directory without a stat first. */
+static int rm_rf_entry(int dir_fd, const char *name, unsigned char dtype)
+{
+	if (dtype != DT_DIR && dtype != DT_UNKNOWN) {
+		if (unlinkat(dir_fd, name, 0) == 0 || errno == ENOENT)
+			return 0;
+		if (errno != EISDIR)
+			return -errno;
+	}
+	return ovl_core_rm_rf_at(dir_fd, name);
+}
+
 int ovl_core_rm_rf_at(int dir_fd, const char *name)
 {
 	_cleanup_closedir_ DIR *d = NULL;
@@ -590,7 +671,7 @@ int ovl_core_rm_rf_at(int dir_fd, const char *name)
 
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		k = ovl_core_rm_rf_at(dirfd(d), de->d_name);
+		k = rm_rf_entry(dirfd(d), de->d_name, de->d_type);
 		if (k < 0 && r == 0)
 			r = k;
 	}
