@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/fs.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "fdpath.h"
@@ -27,31 +29,55 @@
 
 void ovl_tmp_name(char tmp[static 64])
 {
-	snprintf(tmp, 64, "#draftfs-%d-%llu", (int)getpid(),
-		 (unsigned long long)atomic_fetch_add(&ovl_fs->tmp_seq, 1));
+	static atomic_int pid; /* getpid() is a syscall: once per process (requests come after any fork) */
+	int p = atomic_load(&pid);
+
+	if (!p) {
+		p = (int)getpid();
+		atomic_store(&pid, p);
+	}
+	snprintf(tmp, 64, "#draftfs-%d-%llu", p, (unsigned long long)atomic_fetch_add(&ovl_fs->tmp_seq, 1));
 }
 
-int ovl_copy_data(int src_fd, int dst_fd, off_t size)
-{
-	off_t pos = 0;
+/* Set once FICLONE failed with EOPNOTSUPP/ENOTTY: the upper fs cannot clone (it is the destination of every clone). */
+static atomic_bool clone_unsupported;
 
-	if (size > 0 && ioctl(dst_fd, FICLONE, src_fd) == 0)
-		return ftruncate(dst_fd, size) < 0 ? -errno : 0;
+/*
+ * Copies @size bytes of @src_fd into the new, empty @dst_fd. @sparse: the
+ * source may have holes (else it is copied in one go, without SEEK_DATA /
+ * SEEK_HOLE probes). Returns 0 or -errno.
+ */
+static int copy_data(int src_fd, int dst_fd, off_t size, bool sparse)
+{
+	off_t pos = 0, end = 0; /* end: where the data written so far ends */
+
+	if (size > 0 && !atomic_load(&clone_unsupported)) {
+		if (ioctl(dst_fd, FICLONE, src_fd) == 0)
+			return ftruncate(dst_fd, size) < 0 ? -errno : 0;
+		if (errno == EOPNOTSUPP || errno == ENOTTY)
+			atomic_store(&clone_unsupported, true);
+	}
 
 	while (pos < size) {
-		off_t data = lseek(src_fd, pos, SEEK_DATA), hole;
+		off_t data, hole;
 
-		if (data < 0) {
-			if (errno == ENXIO)
-				break; /* only a hole remains */
-			data = pos; /* no SEEK_DATA: copy everything */
+		if (!sparse) {
+			data = pos;
 			hole = size;
 		} else {
-			if (data >= size)
-				break;
-			hole = lseek(src_fd, data, SEEK_HOLE);
-			if (hole < 0 || hole > size)
+			data = lseek(src_fd, pos, SEEK_DATA);
+			if (data < 0) {
+				if (errno == ENXIO)
+					break; /* only a hole remains */
+				data = pos; /* no SEEK_DATA: copy everything */
 				hole = size;
+			} else {
+				if (data >= size)
+					break;
+				hole = lseek(src_fd, data, SEEK_HOLE);
+				if (hole < 0 || hole > size)
+					hole = size;
+			}
 		}
 		pos = data;
 		while (pos < hole) {
@@ -87,14 +113,31 @@ int ovl_copy_data(int src_fd, int dst_fd, off_t size)
 			if (n == 0)
 				break; /* source shorter than expected */
 			pos += n;
+			end = pos;
 		}
 		pos = hole;
 	}
+	/* The new file already has the right size when the data went up to @size. */
+	if (end == size)
+		return 0;
 	return ftruncate(dst_fd, size) < 0 ? -errno : 0;
 }
 
-/* Copies every non-private xattr of @src (O_PATH or real fd) to @dst. */
-static int copy_xattrs(int src, int dst)
+int ovl_copy_data(int src_fd, int dst_fd, off_t size)
+{
+	return copy_data(src_fd, dst_fd, size, true);
+}
+
+/* fsetxattr on a real fd (@real) directly, else through the O_PATH fd's magic link. */
+static int set_xattr(int fd, bool real, const char *name, const void *value, size_t size)
+{
+	if (!real)
+		return ovl_fsetxattr(fd, name, value, size, 0);
+	return fsetxattr(fd, name, value, size, 0) < 0 ? -errno : 0;
+}
+
+/* Copies every non-private xattr of @src (O_PATH or real fd) to @dst (a real fd if @dst_real). */
+static int copy_xattrs(int src, int dst, bool dst_real)
 {
 	_cleanup_free_ char *list = NULL, *val = NULL;
 	size_t vcap = 0;
@@ -129,7 +172,7 @@ static int copy_xattrs(int src, int dst)
 		vn = ovl_fgetxattr(src, p, val, vcap);
 		if (vn < 0)
 			continue;
-		r = ovl_fsetxattr(dst, p, val, (size_t)vn, 0);
+		r = set_xattr(dst, dst_real, p, val, (size_t)vn);
 		if (r < 0 && r != -EOPNOTSUPP && r != -EPERM)
 			return r;
 	}
@@ -153,6 +196,7 @@ static int create_copy(int dir, const char *name, int src, const struct stat *st
 {
 	_cleanup_close_ int fd = -1;
 	mode_t type = st->st_mode & S_IFMT;
+	bool real;
 	int r;
 
 	switch (type) {
@@ -168,7 +212,8 @@ static int create_copy(int dir, const char *name, int src, const struct stat *st
 			in = fd_reopen(src, O_RDONLY);
 			if (in < 0)
 				return in;
-			r = ovl_copy_data(in, fd, size);
+			/* Fully allocated: no hole to keep, copy without SEEK_DATA/SEEK_HOLE probes. */
+			r = copy_data(in, fd, size, (off_t)st->st_blocks * 512 < st->st_size);
 			if (r < 0)
 				return r;
 		}
@@ -204,19 +249,30 @@ static int create_copy(int dir, const char *name, int src, const struct stat *st
 		break;
 	}
 
+	/* Regular files and dirs have a real fd: metadata calls on it need no path walk. */
+	real = type == S_IFREG || type == S_IFDIR;
 	if (fchownat(fd, "", st->st_uid, st->st_gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
 		return -errno;
-	if (type != S_IFLNK && fchmodat(dir, name, st->st_mode & 07777, 0) < 0)
+	if (real) {
+		if (fchmod(fd, st->st_mode & 07777) < 0)
+			return -errno;
+	} else if (type != S_IFLNK && fchmodat(dir, name, st->st_mode & 07777, 0) < 0) {
 		return -errno;
-	r = copy_xattrs(src, fd);
+	}
+	r = copy_xattrs(src, fd, real);
 	if (r < 0)
 		return r;
 	if (origin) {
-		r = ovl_fsetxattr(fd, OVL_XATTR_ORIGIN, origin, strlen(origin), 0);
+		r = set_xattr(fd, real, OVL_XATTR_ORIGIN, origin, strlen(origin));
 		if (r < 0)
 			return r;
 	}
-	if (type != S_IFDIR) {
+	if (type == S_IFREG) {
+		struct timespec ts[2] = { st->st_atim, st->st_mtim };
+
+		if (futimens(fd, ts) < 0)
+			return -errno;
+	} else if (type != S_IFDIR) {
 		r = set_times_at(dir, name, st);
 		if (r < 0)
 			return r;
@@ -360,16 +416,101 @@ static void pool_name(char buf[static 64], uint64_t seq)
 	snprintf(buf, 64, "#draftfs-wh-%llu", (unsigned long long)seq);
 }
 
+static int rm_rf_entry(int dir_fd, const char *name, unsigned char dtype);
+
+/*
+ * Reuses the whiteout @name in directory @dfd as a pool whiteout when the
+ * pool has room: a char device 0/0, mode 0, root's, one link (what the pool
+ * and RENAME_WHITEOUT make); its origin record is removed, the rename into
+ * work/ gives it a fresh ctime, as a new one would have. A rename and a
+ * removexattr instead of an unlink now and a mknod later (inode free and
+ * allocation are the slow part). Returns true if it was taken.
+ */
+static bool recycle_whiteout(struct ovl_fs *fs, int dfd, const char *name)
+{
+	char pn[64], p[32 + NAME_MAX];
+	struct stat st;
+	uint64_t seq;
+
+	pthread_mutex_lock(&fs->wh_lock);
+	if (fs->wh_avail >= OVL_WH_POOL) {
+		pthread_mutex_unlock(&fs->wh_lock);
+		return false;
+	}
+	seq = fs->wh_seq++;
+	pthread_mutex_unlock(&fs->wh_lock);
+
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !ovl_is_whiteout(&st) || st.st_nlink != 1 ||
+	    (st.st_mode & 07777) != 0 || st.st_uid != 0 || st.st_gid != 0)
+		return false;
+	snprintf(p, sizeof(p), "/proc/self/fd/%d/%s", dfd, name);
+	if (lremovexattr(p, OVL_XATTR_ORIGIN) < 0 && errno != ENODATA)
+		return false;
+	pool_name(pn, seq);
+	if (renameat2(dfd, name, fs->workwork_fd, pn, RENAME_NOREPLACE) < 0)
+		return false;
+	/* Only this thread adds to the pool: the room seen above is still there. */
+	pthread_mutex_lock(&fs->wh_lock);
+	fs->wh_pool[fs->wh_avail++] = seq;
+	pthread_mutex_unlock(&fs->wh_lock);
+	return true;
+}
+
+/* Removes work/@name (queued by ovl_work_reap()), recycling the whiteouts directly inside it. */
+static void reap_one(struct ovl_fs *fs, const char *name)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	int fd;
+
+	fd = openat(fs->workwork_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		(void)ovl_core_rm_rf_at(fs->workwork_fd, name); /* not a directory */
+		return;
+	}
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		(void)ovl_core_rm_rf_at(fs->workwork_fd, name);
+		return;
+	}
+	while ((de = readdir(d))) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (de->d_type == DT_CHR && recycle_whiteout(fs, dirfd(d), de->d_name))
+			continue;
+		(void)rm_rf_entry(dirfd(d), de->d_name, de->d_type);
+	}
+	(void)unlinkat(fs->workwork_fd, name, AT_REMOVEDIR);
+}
+
+/*
+ * The helper thread: first removes what was queued for removal in work/
+ * (the replaced upper dir of an rmdir or a rename, with the whiteouts in
+ * it: freeing inodes is the slow part; whiteouts are recycled into the
+ * pool), then keeps the whiteout pool full.
+ */
 static void *whiteout_pool_thread(void *userdata)
 {
 	struct ovl_fs *fs = userdata;
 
 	pthread_mutex_lock(&fs->wh_lock);
-	while (!fs->wh_stop) {
+	for (;;) {
 		char name[64];
 		uint64_t seq;
 
-		if (fs->wh_avail >= OVL_WH_POOL) {
+		if (fs->reap_n > 0) {
+			memcpy(name, fs->reap[fs->reap_head], sizeof(name));
+			fs->reap_head = (fs->reap_head + 1) % OVL_REAP_MAX;
+			fs->reap_n--;
+			pthread_mutex_unlock(&fs->wh_lock);
+			reap_one(fs, name);
+			pthread_mutex_lock(&fs->wh_lock);
+			continue;
+		}
+		if (fs->wh_stop)
+			break;
+		if (fs->wh_avail >= OVL_WH_POOL || fs->wh_failed) {
 			pthread_cond_wait(&fs->wh_cond, &fs->wh_lock);
 			continue;
 		}
@@ -378,7 +519,8 @@ static void *whiteout_pool_thread(void *userdata)
 		pool_name(name, seq);
 		if (mknodat(fs->workwork_fd, name, S_IFCHR | 0, makedev(0, 0)) < 0) {
 			pthread_mutex_lock(&fs->wh_lock);
-			break; /* no whiteouts here: callers fall back to mknod and see the error */
+			fs->wh_failed = true; /* no whiteouts here: callers fall back to mknod and see the error */
+			continue;
 		}
 		pthread_mutex_lock(&fs->wh_lock);
 		fs->wh_pool[fs->wh_avail++] = seq;
@@ -407,16 +549,33 @@ void ovl_whiteout_pool_stop(struct ovl_fs *fs)
 	fs->wh_stop = true;
 	pthread_cond_signal(&fs->wh_cond);
 	pthread_mutex_unlock(&fs->wh_lock);
-	pthread_join(fs->wh_thread, NULL);
+	pthread_join(fs->wh_thread, NULL); /* after it has emptied the removal queue */
 	fs->wh_running = false;
 	/* The pool's whiteouts stay in work/: cleaned at the next mount. */
 }
 
-/* Moves a pre-made whiteout to work/@tmp. Returns true on success. */
-static bool take_pooled_whiteout(const char *tmp)
+void ovl_work_reap(const char *tmp)
 {
 	struct ovl_fs *fs = ovl_fs;
-	char name[64];
+
+	if (fs->wh_running && strlen(tmp) < 64) {
+		pthread_mutex_lock(&fs->wh_lock);
+		if (!fs->wh_stop && fs->reap_n < OVL_REAP_MAX) {
+			snprintf(fs->reap[(fs->reap_head + fs->reap_n) % OVL_REAP_MAX], 64, "%s", tmp);
+			fs->reap_n++;
+			pthread_cond_signal(&fs->wh_cond);
+			pthread_mutex_unlock(&fs->wh_lock);
+			return;
+		}
+		pthread_mutex_unlock(&fs->wh_lock);
+	}
+	(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp);
+}
+
+/* Takes a pre-made whiteout: its name in work/ goes to @tmp. Returns true on success. */
+static bool take_pooled_whiteout(char tmp[static 64])
+{
+	struct ovl_fs *fs = ovl_fs;
 	uint64_t seq;
 
 	if (!fs->wh_running)
@@ -430,28 +589,62 @@ static bool take_pooled_whiteout(const char *tmp)
 	if (fs->wh_avail < OVL_WH_POOL / 2)
 		pthread_cond_signal(&fs->wh_cond);
 	pthread_mutex_unlock(&fs->wh_lock);
-	pool_name(name, seq);
-	return renameat2(fs->workwork_fd, name, fs->workwork_fd, tmp, RENAME_NOREPLACE) == 0;
+	/* Pool names are unique like ovl_tmp_name()'s: used as they are, no rename. */
+	pool_name(tmp, seq);
+	return true;
 }
 
-int ovl_make_whiteout_tmp(char tmp[static 64], unsigned layer, const struct stat *lower_st)
+int ovl_lsetxattr_at(int dir_fd, const char *name, const char *xname, const void *value, size_t size, int flags)
+{
+	char p[32 + NAME_MAX];
+
+	/* One lookup of @name through the dir's magic link, instead of open + setxattr + close. */
+	if (!name_is_valid(name))
+		return -EINVAL;
+	snprintf(p, sizeof(p), "/proc/self/fd/%d/%s", dir_fd, name);
+	return lsetxattr(p, xname, value, size, flags) < 0 ? -errno : 0;
+}
+
+int ovl_make_whiteout_rec(char tmp[static 64], const char *record, size_t len)
 {
 	int r;
 
-	ovl_tmp_name(tmp);
-	if (!take_pooled_whiteout(tmp) && mknodat(ovl_fs->workwork_fd, tmp, S_IFCHR | 0, makedev(0, 0)) < 0)
-		return -errno;
-	if (lower_st) {
-		char origin[256];
-
-		ovl_origin_format(origin, sizeof(origin), layer, lower_st);
-		r = ovl_setxattr_at(ovl_fs->workwork_fd, tmp, OVL_XATTR_ORIGIN, origin, strlen(origin), 0);
+	if (!take_pooled_whiteout(tmp)) {
+		ovl_tmp_name(tmp);
+		if (mknodat(ovl_fs->workwork_fd, tmp, S_IFCHR | 0, makedev(0, 0)) < 0)
+			return -errno;
+	}
+	if (record && len > 0) {
+		r = ovl_lsetxattr_at(ovl_fs->workwork_fd, tmp, OVL_XATTR_ORIGIN, record, len, 0);
 		if (r < 0) {
 			(void)unlinkat(ovl_fs->workwork_fd, tmp, 0);
 			return r;
 		}
 	}
 	return 0;
+}
+
+int ovl_make_whiteout_tmp(char tmp[static 64], unsigned layer, const struct stat *lower_st)
+{
+	char origin[256];
+	int n;
+
+	if (!lower_st)
+		return ovl_make_whiteout_rec(tmp, NULL, 0);
+	n = ovl_origin_format(origin, sizeof(origin), layer, lower_st);
+	return ovl_make_whiteout_rec(tmp, origin, (size_t)n);
+}
+
+/* Removes the entry @name of type @dtype (DT_*, from readdir): a non-directory without a stat first. */
+static int rm_rf_entry(int dir_fd, const char *name, unsigned char dtype)
+{
+	if (dtype != DT_DIR && dtype != DT_UNKNOWN) {
+		if (unlinkat(dir_fd, name, 0) == 0 || errno == ENOENT)
+			return 0;
+		if (errno != EISDIR)
+			return -errno;
+	}
+	return ovl_core_rm_rf_at(dir_fd, name);
 }
 
 int ovl_core_rm_rf_at(int dir_fd, const char *name)
@@ -478,7 +671,7 @@ int ovl_core_rm_rf_at(int dir_fd, const char *name)
 
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		k = ovl_core_rm_rf_at(dirfd(d), de->d_name);
+		k = rm_rf_entry(dirfd(d), de->d_name, de->d_type);
 		if (k < 0 && r == 0)
 			r = k;
 	}

@@ -16,7 +16,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "fdpath.h"
@@ -170,6 +172,25 @@ static int utimens_fd(int fd, const struct timespec ts[2])
 	return utimensat(AT_FDCWD, p, ts, 0) < 0 ? -errno : 0;
 }
 
+/* fchmodat2(fd, "", mode, AT_EMPTY_PATH) (Linux 6.6): chmod of an O_PATH fd without a /proc path walk. -1 and errno on failure. */
+static int fchmodat2_empty(int fd, mode_t mode)
+{
+#ifndef SYS_fchmodat2
+#define SYS_fchmodat2 452
+#endif
+	static atomic_bool missing;
+
+	if (atomic_load(&missing)) {
+		errno = ENOSYS;
+		return -1;
+	}
+	if (syscall(SYS_fchmodat2, fd, "", mode, AT_EMPTY_PATH) == 0)
+		return 0;
+	if (errno == ENOSYS)
+		atomic_store(&missing, true);
+	return -1;
+}
+
 /* Applies @attr to the upper object @fd (O_PATH; @hfd: an open handle of it or -1). Called with @n's lock held shared. */
 static int setattr_fd(struct ovl_node *n, int fd, int hfd, struct stat *attr, int to_set)
 {
@@ -191,7 +212,9 @@ static int setattr_fd(struct ovl_node *n, int fd, int hfd, struct stat *attr, in
 		if (hfd >= 0) {
 			if (fchmod(hfd, attr->st_mode & 07777) < 0)
 				return -errno;
-		} else {
+		} else if (fchmodat2_empty(fd, attr->st_mode & 07777) < 0) {
+			if (errno != ENOSYS && errno != EINVAL)
+				return -errno;
 			snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
 			if (chmod(p, attr->st_mode & 07777) < 0)
 				return -errno;
@@ -343,8 +366,12 @@ int ovl_prepare_create(fuse_req_t req, struct ovl_node *p, const char *name, str
 		return c->pfd;
 	if (c->over_whiteout) {
 		/* The name hides a lower entry: the new object inherits the whiteout's record (the first one). */
-		_cleanup_close_ int wfd = openat(c->pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-		ssize_t n = wfd >= 0 ? ovl_fgetxattr(wfd, OVL_XATTR_ORIGIN, c->origin, sizeof(c->origin) - 1) : -1;
+		char wp[32 + NAME_MAX];
+		ssize_t n;
+
+		/* Read through the dir's magic link: no open + close of the whiteout. */
+		snprintf(wp, sizeof(wp), "/proc/self/fd/%d/%s", c->pfd, name);
+		n = lgetxattr(wp, OVL_XATTR_ORIGIN, c->origin, sizeof(c->origin) - 1);
 
 		c->origin[n > 0 ? n : 0] = '\0';
 		/* " new": a different object than the origin (st_ino is its own); parsers ignore the suffix. */
@@ -374,7 +401,7 @@ void ovl_create_set_origin(const struct ovl_create *c, int dir, const char *name
 	if (fd >= 0)
 		(void)ovl_fsetxattr(fd, OVL_XATTR_ORIGIN, c->origin, strlen(c->origin), 0);
 	else
-		(void)ovl_setxattr_at(dir, name, OVL_XATTR_ORIGIN, c->origin, strlen(c->origin), 0);
+		(void)ovl_lsetxattr_at(dir, name, OVL_XATTR_ORIGIN, c->origin, strlen(c->origin), 0);
 }
 
 int ovl_finish_create(struct ovl_create *c, const char *name, const char *tmp, bool is_dir)
@@ -419,7 +446,7 @@ static int create_object(struct ovl_create *c, const char *name, mode_t mode, de
 		goto fail;
 	}
 	if (c->over_whiteout && S_ISDIR(mode)) {
-		r = ovl_setxattr_at(dir, at, OVL_XATTR_OPAQUE, "y", 1, 0);
+		r = ovl_lsetxattr_at(dir, at, OVL_XATTR_OPAQUE, "y", 1, 0);
 		if (r < 0)
 			goto fail;
 	}
@@ -433,19 +460,46 @@ fail:
 	return r;
 }
 
-static void reply_new_entry(fuse_req_t req, struct ovl_node *p, const char *name, int r)
+int ovl_new_node(struct ovl_node *p, const char *name, int pfd, bool opaque, struct ovl_node **ret,
+		 struct stat *ret_st)
 {
-	struct fuse_entry_param e;
+	struct ovl_res res;
 	struct ovl_node *n;
 	struct stat st;
+	int r;
 
-	if (r >= 0)
-		r = ovl_lookup_node(p, name, &n, &st);
-	if (r < 0) {
-		fuse_reply_err(req, -r);
-		return;
+	ovl_res_init(&res);
+	res.upper_fd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (res.upper_fd < 0)
+		return -errno;
+	if (fstatat(res.upper_fd, "", &res.st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
+		r = -errno;
+		ovl_res_done(&res);
+		return r;
 	}
-	ovl_fill_entry(&e, n, &st);
+	/* What ovl_resolve_child() finds for it: upper only, its own st_ino (a "v1 none" or " new" record). */
+	res.opaque = opaque && S_ISDIR(res.st.st_mode);
+	res.key_dev = res.st.st_dev;
+	res.key_ino = res.st.st_ino;
+	res.ino = res.st.st_ino;
+	res.hashable = true;
+	st = res.st;
+	r = ovl_node_get(p, name, &res, &n);
+	if (r < 0) {
+		ovl_res_done(&res);
+		return r;
+	}
+	ovl_stat_to_view(n, &st, false);
+	*ret = n;
+	*ret_st = st;
+	return 0;
+}
+
+static void reply_new_entry(fuse_req_t req, struct ovl_node *n, const struct stat *st)
+{
+	struct fuse_entry_param e;
+
+	ovl_fill_entry(&e, n, st);
 	if (fuse_reply_entry(req, &e) != 0)
 		ovl_node_forget(n, 1);
 }
@@ -455,15 +509,23 @@ static void do_create_object(fuse_req_t req, fuse_ino_t parent, const char *name
 {
 	struct ovl_node *p = ovl_node_from_ino(parent);
 	struct ovl_create c;
+	struct ovl_node *n;
+	struct stat st;
 	int r;
 
 	ovl_mutate_begin();
 	r = ovl_prepare_create(req, p, name, &c);
 	if (r >= 0)
 		r = create_object(&c, name, mode, rdev, link);
+	/* The new object's node from what we know of it, not a second resolution across the layers. */
+	if (r >= 0)
+		r = ovl_new_node(p, name, c.pfd, c.over_whiteout, &n, &st);
 	safe_close(c.pfd);
 	ovl_mutate_end();
-	reply_new_entry(req, p, name, r);
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else
+		reply_new_entry(req, n, &st);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
@@ -495,22 +557,18 @@ int ovl_whiteout_tmp_for(const struct ovl_res *res, char tmp[static 64])
 	char buf[256];
 	struct stat lst;
 	ssize_t n;
-	int r;
 
 	if (res->upper_fd >= 0) {
 		n = ovl_fgetxattr(res->upper_fd, OVL_XATTR_ORIGIN, buf, sizeof(buf) - 1);
-		if (n > 0) {
-			r = ovl_make_whiteout_tmp(tmp, 0, NULL);
-			if (r < 0)
-				return r;
-			r = ovl_setxattr_at(ovl_fs->workwork_fd, tmp, OVL_XATTR_ORIGIN, buf, (size_t)n, 0);
-			if (r < 0)
-				(void)unlinkat(ovl_fs->workwork_fd, tmp, 0);
-			return r;
-		}
+		if (n > 0)
+			return ovl_make_whiteout_rec(tmp, buf, (size_t)n);
+		if (res->lower_fd >= 0 && fstatat(res->lower_fd, "", &lst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0)
+			return ovl_make_whiteout_tmp(tmp, res->lower_layer, &lst);
+		return ovl_make_whiteout_tmp(tmp, 0, NULL);
 	}
-	if (res->lower_fd >= 0 && fstatat(res->lower_fd, "", &lst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0)
-		return ovl_make_whiteout_tmp(tmp, res->lower_layer, &lst);
+	/* No upper object: res->st is the (top) lower object's, no need to stat it again. */
+	if (res->lower_fd >= 0)
+		return ovl_make_whiteout_tmp(tmp, res->lower_layer, &res->st);
 	return ovl_make_whiteout_tmp(tmp, 0, NULL);
 }
 
@@ -523,13 +581,69 @@ static void drop_removed(struct ovl_node *p, const char *name, bool keep_identit
 		ovl_node_unhash_name(n, !keep_identity); /* other hard links keep the identity */
 }
 
+/* The upper part of a remove: @res (resolved at @pfd/@name, the parent's upper dir) goes away or becomes a whiteout. */
+static int remove_upper(int pfd, const char *name, const struct ovl_res *res, bool dir, bool *ret_keep_identity)
+{
+	struct ovl_fs *fs = ovl_fs;
+	char tmp[64];
+	int r;
+
+	*ret_keep_identity = false;
+	if (res->lower_exists) {
+		r = ovl_whiteout_tmp_for(res, tmp);
+		if (r < 0)
+			return r;
+		if (res->upper_fd < 0)
+			r = renameat2(fs->workwork_fd, tmp, pfd, name, RENAME_NOREPLACE);
+		else if (!dir)
+			r = renameat(fs->workwork_fd, tmp, pfd, name);
+		else
+			r = renameat2(fs->workwork_fd, tmp, pfd, name, RENAME_EXCHANGE);
+		if (r < 0) {
+			r = -errno;
+			(void)unlinkat(fs->workwork_fd, tmp, 0);
+			return r;
+		}
+		if (dir && res->upper_fd >= 0)
+			ovl_work_reap(tmp); /* the old upper dir, maybe with whiteouts */
+		if (res->upper_fd < 0) {
+			ovl_quota_add(0, 1); /* a new whiteout */
+		} else if (!dir) {
+			struct stat st;
+
+			/* Other hard links of the replaced upper file keep its node (and nodeid). */
+			*ret_keep_identity = fstatat(res->upper_fd, "", &st, AT_EMPTY_PATH) == 0 && st.st_nlink > 0;
+			if (!*ret_keep_identity)
+				ovl_quota_add(-res->st.st_size, 0);
+		}
+	} else if (!dir) {
+		struct stat st;
+
+		if (unlinkat(pfd, name, 0) < 0)
+			return -errno;
+		*ret_keep_identity = fstatat(res->upper_fd, "", &st, AT_EMPTY_PATH) == 0 && st.st_nlink > 0;
+		if (!*ret_keep_identity)
+			ovl_quota_add(S_ISREG(res->st.st_mode) ? -res->st.st_size : 0, -1);
+	} else if (unlinkat(pfd, name, AT_REMOVEDIR) < 0) {
+		if (errno != ENOTEMPTY && errno != EEXIST)
+			return -errno;
+		/* Only whiteouts left inside: move it out of the way atomically, then clean. */
+		ovl_tmp_name(tmp);
+		if (renameat(pfd, name, fs->workwork_fd, tmp) < 0)
+			return -errno;
+		ovl_work_reap(tmp);
+		ovl_quota_add(0, -1);
+	} else {
+		ovl_quota_add(0, -1);
+	}
+	return 0;
+}
+
 static int do_remove(struct ovl_node *p, const char *name, bool dir)
 {
 	struct ovl_fs *fs = ovl_fs;
-	_cleanup_close_ int pfd = -1;
 	struct ovl_res res;
 	bool keep_identity = false;
-	char tmp[64];
 	int r;
 
 	if (fs->opt->read_only)
@@ -563,67 +677,14 @@ static int do_remove(struct ovl_node *p, const char *name, bool dir)
 	r = ovl_copy_up(p);
 	if (r < 0)
 		goto out;
-	pfd = ovl_node_upper_dup(p);
-	if (pfd < 0) {
-		r = pfd;
+	/* The parent's upper fd is used under its lock (shared) instead of a dup. */
+	r = ovl_node_rdlock_fresh(p);
+	if (r < 0)
 		goto out;
-	}
-
-	if (res.lower_exists) {
-		r = ovl_whiteout_tmp_for(&res, tmp);
-		if (r < 0)
-			goto out;
-		if (res.upper_fd < 0)
-			r = renameat2(fs->workwork_fd, tmp, pfd, name, RENAME_NOREPLACE);
-		else if (!dir)
-			r = renameat(fs->workwork_fd, tmp, pfd, name);
-		else
-			r = renameat2(fs->workwork_fd, tmp, pfd, name, RENAME_EXCHANGE);
-		if (r < 0) {
-			r = -errno;
-			(void)unlinkat(fs->workwork_fd, tmp, 0);
-			goto out;
-		}
-		if (dir && res.upper_fd >= 0)
-			(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp); /* the old upper dir, maybe with whiteouts */
-		if (res.upper_fd < 0) {
-			ovl_quota_add(0, 1); /* a new whiteout */
-		} else if (!dir) {
-			struct stat st;
-
-			/* Other hard links of the replaced upper file keep its node (and nodeid). */
-			keep_identity = fstatat(res.upper_fd, "", &st, AT_EMPTY_PATH) == 0 && st.st_nlink > 0;
-			if (!keep_identity)
-				ovl_quota_add(-res.st.st_size, 0);
-		}
-	} else if (!dir) {
-		struct stat st;
-
-		if (unlinkat(pfd, name, 0) < 0) {
-			r = -errno;
-			goto out;
-		}
-		keep_identity = fstatat(res.upper_fd, "", &st, AT_EMPTY_PATH) == 0 && st.st_nlink > 0;
-		if (!keep_identity)
-			ovl_quota_add(S_ISREG(res.st.st_mode) ? -res.st.st_size : 0, -1);
-	} else if (unlinkat(pfd, name, AT_REMOVEDIR) < 0) {
-		if (errno != ENOTEMPTY && errno != EEXIST) {
-			r = -errno;
-			goto out;
-		}
-		/* Only whiteouts left inside: move it out of the way atomically, then clean. */
-		ovl_tmp_name(tmp);
-		if (renameat(pfd, name, fs->workwork_fd, tmp) < 0) {
-			r = -errno;
-			goto out;
-		}
-		(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp);
-		ovl_quota_add(0, -1);
-	} else {
-		ovl_quota_add(0, -1);
-	}
-	drop_removed(p, name, keep_identity);
-	r = 0;
+	r = p->upper_fd >= 0 ? remove_upper(p->upper_fd, name, &res, dir, &keep_identity) : -ENOENT;
+	pthread_rwlock_unlock(&p->lock);
+	if (r >= 0)
+		drop_removed(p, name, keep_identity);
 out:
 	ovl_res_done(&res);
 	return r;

@@ -14,7 +14,9 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "macro.h"
@@ -99,7 +101,7 @@ static int place_tmp(const char *tmp, int pfd, const char *name, bool replace)
 		return renameat2(fs->workwork_fd, tmp, pfd, name, RENAME_NOREPLACE) < 0 ? -errno : 0;
 	if (renameat2(fs->workwork_fd, tmp, pfd, name, RENAME_EXCHANGE) < 0)
 		return -errno;
-	(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp); /* what was there before */
+	ovl_work_reap(tmp); /* what was there before, removed in the background */
 	return 0;
 }
 
@@ -140,21 +142,19 @@ static int set_opaque(struct ovl_node *n)
 static void whiteout_origin(int pfd, const char *name, int moved_dir_fd, const char *moved_name,
 			    const struct ovl_res *src)
 {
-	char buf[256];
+	char buf[256], p[32 + NAME_MAX];
 	ssize_t n = -1;
 	struct stat lst;
-	int fd = openat(moved_dir_fd, moved_name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 
-	if (fd >= 0) {
-		n = ovl_fgetxattr(fd, OVL_XATTR_ORIGIN, buf, sizeof(buf) - 1);
-		close(fd);
-	}
+	/* The moved object's record, read through its dir's magic link (no open + close). */
+	snprintf(p, sizeof(p), "/proc/self/fd/%d/%s", moved_dir_fd, moved_name);
+	n = lgetxattr(p, OVL_XATTR_ORIGIN, buf, sizeof(buf) - 1);
 	if (n <= 0) {
 		if (src->lower_fd < 0 || fstatat(src->lower_fd, "", &lst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
 			return;
 		n = ovl_origin_format(buf, sizeof(buf), src->lower_layer, &lst);
 	}
-	(void)ovl_setxattr_at(pfd, name, OVL_XATTR_ORIGIN, buf, (size_t)n, 0);
+	(void)ovl_lsetxattr_at(pfd, name, OVL_XATTR_ORIGIN, buf, (size_t)n, 0);
 }
 
 /* rename with a whiteout left at the old name; falls back to two steps where RENAME_WHITEOUT is missing. */
@@ -256,13 +256,36 @@ static int get_node(struct ovl_node *p, const char *name, struct ovl_node **ret)
 	return ovl_lookup_node(p, name, ret, &st);
 }
 
+/*
+ * The node of @p/@name, just resolved as @res: the cached node when it is
+ * fresh and is that very object (saves resolving the name across the
+ * layers a second time; *ret_pinned: release it with ovl_node_unpin()),
+ * else a lookup (release with ovl_node_forget()). copyup_lock is held, so
+ * the node's identity cannot change meanwhile.
+ */
+static int get_node_for(struct ovl_node *p, const char *name, const struct ovl_res *res, struct ovl_node **ret,
+			bool *ret_pinned)
+{
+	struct ovl_node *n = ovl_node_find_child_pinned(p, name);
+
+	if (n && !atomic_load(&n->stale) && n->type == (res->st.st_mode & S_IFMT) && n->key_dev == res->key_dev &&
+	    n->key_ino == res->key_ino && n->ino == res->ino) {
+		*ret = n;
+		*ret_pinned = true;
+		return 0;
+	}
+	ovl_node_unpin(n);
+	*ret_pinned = false;
+	return get_node(p, name, ret);
+}
+
 static int do_rename(struct ovl_node *p, const char *name, struct ovl_node *np, const char *nname, unsigned flags)
 {
 	struct ovl_fs *fs = ovl_fs;
 	struct ovl_res src, dst;
 	struct ovl_node *sn = NULL, *dn = NULL, *replaced = NULL;
 	_cleanup_close_ int pfd = -1, npfd = -1;
-	bool dst_exists, dst_upper_entry, src_dir;
+	bool dst_exists, dst_upper_entry, src_dir, sn_pinned = false;
 	int r;
 
 	ovl_res_init(&src);
@@ -335,7 +358,7 @@ static int do_rename(struct ovl_node *p, const char *name, struct ovl_node *np, 
 	if (r >= 0)
 		r = ovl_copy_up(np);
 	if (r >= 0)
-		r = get_node(p, name, &sn);
+		r = get_node_for(p, name, &src, &sn, &sn_pinned);
 	if (r >= 0 && dst_exists)
 		r = get_node(np, nname, &dn);
 	if (r < 0)
@@ -424,7 +447,7 @@ static int do_rename(struct ovl_node *p, const char *name, struct ovl_node *np, 
 				if (renameat(pfd, name, fs->workwork_fd, tmp) < 0)
 					r = -errno;
 				else
-					(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp);
+					ovl_work_reap(tmp);
 			}
 		}
 	} else {
@@ -460,7 +483,9 @@ static int do_rename(struct ovl_node *p, const char *name, struct ovl_node *np, 
 		ovl_mark_impure(npfd); /* the moved object carries an origin record */
 	(void)ovl_node_set_name(sn, np, nname);
 out:
-	if (sn)
+	if (sn && sn_pinned)
+		ovl_node_unpin(sn);
+	else if (sn)
 		ovl_node_forget(sn, 1);
 	if (dn)
 		ovl_node_forget(dn, 1);

@@ -58,6 +58,14 @@ int ovl_whiteout_tmp_for(const struct ovl_res *res, char tmp[static 64]);
 
 /* Resolves @name in @p, gets its node (one lookup added) and its view attributes. Returns 0 or -errno. */
 int ovl_lookup_node(struct ovl_node *p, const char *name, struct ovl_node **ret, struct stat *ret_st);
+/*
+ * The node of an object just created at @pfd/@name (the parent @p's upper
+ * dir) by a create-like request, without resolving the name across the
+ * layers again: upper only, opaque if @opaque (a dir made over a whiteout).
+ * Adds one lookup. Returns 0, *ret and the view's attributes, or -errno.
+ */
+int ovl_new_node(struct ovl_node *p, const char *name, int pfd, bool opaque, struct ovl_node **ret,
+		 struct stat *ret_st);
 /* Fills an entry reply for @n with the mount's timeouts. */
 void ovl_fill_entry(struct fuse_entry_param *e, struct ovl_node *n, const struct stat *st);
 

@@ -23,6 +23,7 @@
 
 #define OVL_MAX_LOWER 128
 #define OVL_WH_POOL 256
+#define OVL_REAP_MAX 1024
 
 /* Which files the kernel reads and writes directly (passthrough=), see fs/passthrough.c. */
 enum ovl_passthrough {
@@ -194,8 +195,11 @@ struct ovl_fs {
 	uint64_t wh_pool[OVL_WH_POOL];
 	size_t wh_avail;
 	uint64_t wh_seq;
-	bool wh_stop, wh_running;
+	bool wh_stop, wh_running, wh_failed;
 	pthread_t wh_thread;
+	/* work/ names the same thread removes in the background (wh_lock): ring of reap_n from reap_head. */
+	char reap[OVL_REAP_MAX][64];
+	size_t reap_head, reap_n;
 
 	struct ovl_layers layers;
 	struct ovl_live live;
@@ -377,7 +381,24 @@ int ovl_node_upper_dup(struct ovl_node *n);
  */
 int ovl_make_whiteout_tmp(char tmp[static 64], unsigned layer, const struct stat *lower_st);
 
-/* Starts/stops the thread that keeps a pool of ready whiteouts in the work dir. */
+/* Same, carrying the origin record @record (@len bytes; NULL: none). */
+int ovl_make_whiteout_rec(char tmp[static 64], const char *record, size_t len);
+
+/*
+ * Sets xattr @xname on @name (one component, not "." or "..") in directory
+ * @dir_fd, not following a symlink at @name: one path walk through the
+ * dir's /proc/self/fd magic link. Returns 0 or -errno.
+ */
+int ovl_lsetxattr_at(int dir_fd, const char *name, const char *xname, const void *value, size_t size, int flags);
+
+/*
+ * Removes work/@tmp (recursively) in the background, or right away when the
+ * queue is full or the helper thread is not running. Leftovers of a killed
+ * daemon are cleaned at the next mount.
+ */
+void ovl_work_reap(const char *tmp);
+
+/* Starts/stops the thread that keeps a pool of ready whiteouts in the work dir (and empties the ovl_work_reap() queue). */
 int ovl_whiteout_pool_start(struct ovl_fs *fs);
 void ovl_whiteout_pool_stop(struct ovl_fs *fs);
 
