@@ -216,6 +216,13 @@ static int create_copy(int dir, const char *name, int src, const struct stat *st
 			r = copy_data(in, fd, size, (off_t)st->st_blocks * 512 < st->st_size);
 			if (r < 0)
 				return r;
+			/*
+			 * The copy replaces the lower file in the view once renamed into
+			 * place: on stable storage first, or a power cut could leave an
+			 * empty file there (as kernel overlayfs; fsync=0 skips it).
+			 */
+			if (ovl_fs->opt->fsync && fdatasync(fd) < 0)
+				return -errno;
 		}
 		break;
 	}
