@@ -57,6 +57,27 @@ static void release_fh(struct ovl_node *n, struct fuse_file_info *fi)
 	free(fh);
 }
 
+/*
+ * open(O_TRUNC) by a caller without CAP_FSETID clears S_ISUID, and S_ISGID
+ * with group exec, as truncate(2) does (FUSE_CAP_ATOMIC_O_TRUNC leaves it to
+ * us, and our own truncation as root keeps them). uid 0 stands for
+ * CAP_FSETID: libfuse 3.14 does not pass the kernel's FUSE_OPEN_KILL_SUIDGID.
+ */
+static int kill_setid(int fd)
+{
+	struct stat st;
+	mode_t kill;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	kill = st.st_mode & S_ISUID;
+	if ((st.st_mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP))
+		kill |= S_ISGID;
+	if (kill && fchmod(fd, st.st_mode & 07777 & ~kill) < 0)
+		return -errno;
+	return 0;
+}
+
 void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ovl_node *n = ovl_node_from_ino(ino);
@@ -96,6 +117,8 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		pthread_rwlock_unlock(&n->lock);
 		r = fd;
 	}
+	if (r >= 0 && (fi->flags & O_TRUNC) && fuse_req_ctx(req)->uid != 0)
+		r = kill_setid(fd);
 	if (write)
 		ovl_mutate_end();
 	if (r >= 0)

@@ -237,3 +237,49 @@ def test_split_hard_links_by_dir_move(fsenv):
     assert partner.st_nlink == 2
     assert moved.st_ino != partner.st_ino, f"moved 'x/d2/hl' and lower 'f' share st_ino {moved.st_ino}"
     distinct_files_distinct_inodes(m.path, "after the move")
+
+
+KILL = """
+import os, sys
+op, p = sys.argv[1], sys.argv[2]
+if op == "write":
+    fd = os.open(p, os.O_WRONLY)
+    os.pwrite(fd, b"w", 0)
+    os.pwrite(fd, b"w", 1)
+    os.close(fd)
+elif op == "truncate":
+    os.truncate(p, 1)
+elif op == "otrunc":
+    os.close(os.open(p, os.O_WRONLY | os.O_TRUNC))
+"""
+
+
+@pytest.mark.parametrize("where", ["upper", "lower"])
+@pytest.mark.parametrize("op", ["write", "truncate", "otrunc"])
+def test_write_kills_setid_bits(fsenv, op, where):
+    """Writing or truncating a set-id file as another user clears S_ISUID and S_ISGID (with group exec), as
+    the kernel does on any filesystem, also when the data passes through the daemon as root; root keeps them."""
+    fsutil.require_impl()
+    os.chmod(fsenv.base, 0o755)
+    lower = fsenv.dir("lower")
+    os.chmod(lower, 0o755)
+    for name in ("f", "g"):
+        with open(os.path.join(lower, name), "wb") as f:
+            f.write(b"0123456789")
+        os.chown(os.path.join(lower, name), USER, USER)
+        os.chmod(os.path.join(lower, name), 0o6777)
+    m = fsenv.mount_impl([lower], name="impl")
+    p, g = os.path.join(m.path, "f"), os.path.join(m.path, "g")
+    if where == "upper":
+        for x in (p, g):
+            os.chmod(x, 0o6777)  # copied up, still set-id
+    as_user(KILL, op, p, uid=USER + 1, gid=USER + 1)
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o777, oct(os.stat(p).st_mode)
+    # root (CAP_FSETID) keeps the bits
+    with open(g, "r+b") as f:
+        f.write(b"r")
+    assert stat.S_IMODE(os.stat(g).st_mode) == 0o6777, oct(os.stat(g).st_mode)
+    m.stop()
+    if fsutil.IMPL != "kernel":
+        up = os.path.join(m.upper, "f")
+        assert stat.S_IMODE(os.stat(up).st_mode) == 0o777, "upper keeps set-id bits: " + oct(os.stat(up).st_mode)
