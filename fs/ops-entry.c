@@ -197,6 +197,27 @@ static int setattr_fd(struct ovl_node *n, int fd, int hfd, struct stat *attr, in
 	const struct ovl_options *o = ovl_fs->opt;
 	int r;
 
+	/*
+	 * Truncate by a caller without CAP_FSETID (the kernel's
+	 * FATTR_KILL_SUIDGID, which libfuse passes as KILL_SUID; see
+	 * passthrough.c, FUSE_HANDLE_KILLPRIV_V2): clear S_ISUID, and S_ISGID
+	 * with group exec, as the kernel would. Our truncate as root would not.
+	 */
+	if ((to_set & (FUSE_SET_ATTR_KILL_SUID | FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MODE)) ==
+	    (FUSE_SET_ATTR_KILL_SUID | FUSE_SET_ATTR_SIZE)) {
+		struct stat cur;
+		mode_t kill;
+
+		if (fstatat(fd, "", &cur, AT_EMPTY_PATH) < 0)
+			return -errno;
+		kill = cur.st_mode & S_ISUID;
+		if ((cur.st_mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP))
+			kill |= S_ISGID;
+		if (kill) {
+			attr->st_mode = cur.st_mode & ~kill;
+			to_set |= FUSE_SET_ATTR_MODE;
+		}
+	}
 	if (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
 		uid_t uid = (to_set & FUSE_SET_ATTR_UID) ? ovl_idmap_to_disk(&o->uidmap, attr->st_uid) : (uid_t)-1;
 		gid_t gid = (to_set & FUSE_SET_ATTR_GID) ? ovl_idmap_to_disk(&o->gidmap, attr->st_gid) : (gid_t)-1;

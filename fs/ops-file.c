@@ -58,10 +58,12 @@ static void release_fh(struct ovl_node *n, struct fuse_file_info *fi)
 }
 
 /*
- * open(O_TRUNC) by a caller without CAP_FSETID clears S_ISUID, and S_ISGID
- * with group exec, as truncate(2) does (FUSE_CAP_ATOMIC_O_TRUNC leaves it to
- * us, and our own truncation as root keeps them). uid 0 stands for
- * CAP_FSETID: libfuse 3.14 does not pass the kernel's FUSE_OPEN_KILL_SUIDGID.
+ * A write, or open(O_TRUNC), by a caller without CAP_FSETID clears S_ISUID,
+ * and S_ISGID with group exec, as the kernel does on any filesystem: with
+ * FUSE_HANDLE_KILLPRIV_V2 (passthrough.c) and FUSE_CAP_ATOMIC_O_TRUNC the
+ * kernel leaves it to us, and our own write or truncation as root would keep
+ * them. uid 0 stands for CAP_FSETID: libfuse 3.14 drops the kernel's
+ * FUSE_WRITE_KILL_SUIDGID and FUSE_OPEN_KILL_SUIDGID flags.
  */
 static int kill_setid(int fd)
 {
@@ -255,6 +257,15 @@ void ovl_op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in, of
 	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	out.buf[0].fd = ovl_fh_fd(fi);
 	out.buf[0].pos = off;
+	/* FUSE_HANDLE_KILLPRIV_V2 leaves this to us (the kernel's FUSE_WRITE_KILL_SUIDGID is dropped by libfuse). */
+	if (fuse_req_ctx(req)->uid != 0) {
+		int k = kill_setid(out.buf[0].fd);
+
+		if (k < 0) {
+			fuse_reply_err(req, -k);
+			return;
+		}
+	}
 	ovl_mutate_begin();
 	r = fuse_buf_copy(&out, in, 0);
 	ovl_mutate_end();

@@ -57,6 +57,7 @@
 #define PT_FOPEN_KEEP_CACHE (1U << 1)
 #define PT_FOPEN_PASSTHROUGH (1U << 7)
 #define PT_INIT_EXT (1U << 30)
+#define PT_HANDLE_KILLPRIV_V2 (1U << 28)
 
 struct pt_backing_map {
 	int32_t fd;
@@ -66,7 +67,8 @@ struct pt_backing_map {
 #define PT_DEV_IOC_BACKING_OPEN _IOW(229, 1, struct pt_backing_map)
 #define PT_DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
 
-/* fuse_init_out as of 7.40: flags2 at byte 32, max_stack_depth at 36. */
+/* fuse_init_out as of 7.40: flags at byte 12, flags2 at 32, max_stack_depth at 36. */
+#define PT_INIT_FLAGS_OFF 12
 #define PT_INIT_FLAGS2_OFF 32
 #define PT_INIT_DEPTH_OFF 36
 #define PT_INIT_OUT_SIZE 64
@@ -87,7 +89,8 @@ struct ovl_open {
 };
 
 static pthread_mutex_t pt_lock = PTHREAD_MUTEX_INITIALIZER;
-static __thread bool init_reply_next; /* set by ovl_pt_init() on the thread that sends the INIT reply */
+/* INIT reply flags to add, set by ovl_pt_init() on the thread that then sends the reply. */
+static __thread uint32_t init_add_flags, init_add_flags2;
 static bool pt_wanted;                 /* asked for in INIT */
 static atomic_bool pt_on;              /* the kernel accepted it (cleared on the first refusal) */
 static int pt_dev_fd = -1;
@@ -104,21 +107,23 @@ static ssize_t pt_splice(int fdin, off_t *offin, int fdout, off_t *offout, size_
 
 static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
-	if (_unlikely_(init_reply_next) && count >= 2 && iov[1].iov_len == PT_INIT_OUT_SIZE) {
+	if (_unlikely_(init_add_flags | init_add_flags2) && count >= 2 && iov[1].iov_len == PT_INIT_OUT_SIZE) {
 		unsigned char out[PT_INIT_OUT_SIZE];
 		struct iovec v[2] = { iov[0], { out, sizeof(out) } };
 		uint32_t flags, flags2, depth = 1;
 
-		init_reply_next = false;
 		memcpy(out, iov[1].iov_base, sizeof(out));
-		memcpy(&flags, out + 12, sizeof(flags));
-		if (!(flags & PT_INIT_EXT))
-			return writev(fd, iov, count);
-		memcpy(&flags2, out + PT_INIT_FLAGS2_OFF, sizeof(flags2));
-		flags2 |= (uint32_t)(PT_FUSE_PASSTHROUGH >> 32);
-		memcpy(out + PT_INIT_FLAGS2_OFF, &flags2, sizeof(flags2));
-		memcpy(out + PT_INIT_DEPTH_OFF, &depth, sizeof(depth));
-		atomic_store(&pt_on, true);
+		memcpy(&flags, out + PT_INIT_FLAGS_OFF, sizeof(flags));
+		flags |= init_add_flags;
+		memcpy(out + PT_INIT_FLAGS_OFF, &flags, sizeof(flags));
+		if (init_add_flags2 && (flags & PT_INIT_EXT)) {
+			memcpy(&flags2, out + PT_INIT_FLAGS2_OFF, sizeof(flags2));
+			flags2 |= init_add_flags2;
+			memcpy(out + PT_INIT_FLAGS2_OFF, &flags2, sizeof(flags2));
+			memcpy(out + PT_INIT_DEPTH_OFF, &depth, sizeof(depth));
+			atomic_store(&pt_on, true);
+		}
+		init_add_flags = init_add_flags2 = 0;
 		return writev(fd, v, 2);
 	}
 	return writev(fd, iov, count);
@@ -134,20 +139,29 @@ int ovl_pt_setup(struct ovl_fs *fs)
 	};
 	int fd = fuse_session_fd(fs->se);
 
-	if (fs->opt->passthrough == OVL_PT_OFF || fs->opt->writeback)
-		return 0;
 	if (fuse_session_custom_io(fs->se, &io, fd) != 0)
 		return -ENOMEM;
 	pt_dev_fd = fd;
-	pt_wanted = true;
+	pt_wanted = fs->opt->passthrough != OVL_PT_OFF && !fs->opt->writeback;
 	return 0;
 }
 
 void ovl_pt_init(struct fuse_conn_info *conn)
 {
+	if (conn->proto_major != 7)
+		return;
+	/*
+	 * FUSE_HANDLE_KILLPRIV_V2 (7.33): the superblock gets SB_NOSEC, so the
+	 * kernel stops asking for security.capability before every write once
+	 * it knows a file has none. We then owe the kernel the clearing of
+	 * set-id bits on truncate (ops-entry.c setattr) and open(O_TRUNC)
+	 * (ops-file.c); it still clears them itself on write and chown.
+	 */
+	if (conn->proto_minor >= 33)
+		init_add_flags = PT_HANDLE_KILLPRIV_V2;
 	/* FUSE_PASSTHROUGH is protocol 7.40; older kernels never see the flag. */
-	if (pt_wanted && conn->proto_major == 7 && conn->proto_minor >= 40)
-		init_reply_next = true;
+	if (pt_wanted && conn->proto_minor >= 40)
+		init_add_flags2 = (uint32_t)(PT_FUSE_PASSTHROUGH >> 32);
 }
 
 bool ovl_pt_active(void)
