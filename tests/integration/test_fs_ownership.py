@@ -283,3 +283,23 @@ def test_write_kills_setid_bits(fsenv, op, where):
     if fsutil.IMPL != "kernel":
         up = os.path.join(m.upper, "f")
         assert stat.S_IMODE(os.stat(up).st_mode) == 0o777, "upper keeps set-id bits: " + oct(os.stat(up).st_mode)
+
+
+def test_write_drops_file_caps(fsenv):
+    """A write clears security.capability (file capabilities), through the daemon as on any filesystem."""
+    fsutil.require_impl()
+    os.chmod(fsenv.base, 0o755)
+    lower = fsenv.dir("lower")
+    os.chmod(lower, 0o755)
+    with open(os.path.join(lower, "f"), "wb") as f:
+        f.write(b"0123456789")
+    os.chmod(os.path.join(lower, "f"), 0o777)
+    m = fsenv.mount_impl([lower], name="impl")
+    p = os.path.join(m.path, "f")
+    # VFS_CAP_REVISION_2 | effective, permitted = CAP_NET_BIND_SERVICE
+    caps = (0x02000001).to_bytes(4, "little") + (1 << 10).to_bytes(4, "little") + bytes(12)
+    os.setxattr(p, "security.capability", caps)
+    assert os.getxattr(p, "security.capability") == caps
+    as_user(KILL, "write", p, uid=USER + 1, gid=USER + 1)
+    with pytest.raises(OSError):
+        os.getxattr(p, "security.capability")
