@@ -127,11 +127,11 @@ struct ovl_node {
 	int lower_fd;               /* O_PATH of the top lower object or -1 */
 	uint16_t lower_layer;
 	uint16_t n_extra;           /* dirs: further lower dirs merged below lower_fd */
-	struct ovl_lower *extra;
 	bool opaque;                /* dirs: upper dir is opaque (no lower merged) */
 	bool handle_upper;          /* handle is of the upper object (else of lower layer lower_layer) */
-	struct file_handle *handle; /* evicted non-dirs: the top object, to re-open it once its name is gone (copyup_lock) */
 	atomic_bool stale;          /* fds must be re-resolved before use (a lazy or evicted node has none) */
+	struct ovl_lower *extra;
+	struct file_handle *handle; /* evicted non-dirs: the top object, to re-open it once its name is gone (copyup_lock) */
 };
 
 /* The result of resolving one name in a directory across the layers. Owns its fds. */
