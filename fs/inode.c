@@ -362,7 +362,10 @@ int ovl_node_get(struct ovl_node *parent, const char *name, struct ovl_res *res,
 		n->nlookup++;
 		if (!atomic_load(&n->used))
 			atomic_store(&n->used, true);
-		if (atomic_load(&n->stale) || !n->name_hashed) {
+		if (n->name_hashed && n->parent == parent && strcmp(n->name, name) == 0) {
+			/* Same name (a lazy node looked up again): nothing to rename. */
+			need_apply = atomic_load(&n->stale) && !res->lower_nofd;
+		} else if (atomic_load(&n->stale) || !n->name_hashed) {
 			/* Give it the name it was just found under. */
 			char *nn = strdup(name);
 
