@@ -685,9 +685,10 @@ int ovl_node_parent_name(struct ovl_node *n, struct ovl_node **ret_parent, char 
 }
 
 /*
- * Keeps a file handle of an evicted non-directory's top object: if its
- * name is unlinked while a process still has it open, the name can no
- * longer find it, the handle can (ovl_node_ensure()). Best effort (a layer
+ * Keeps a file handle of an evicted upper non-directory: if its name is
+ * unlinked while a process still has it open, the name can no longer find
+ * it, the handle can (ovl_node_ensure()). A lower-only one needs none: the
+ * lower object is still in its parent's lower dir. Best effort (a layer
  * without handle support just loses that case). copyup_lock held.
  */
 static void remember_handle(struct ovl_node *n)
@@ -702,6 +703,9 @@ static void remember_handle(struct ovl_node *n)
 
 	if (n->type == S_IFDIR || fd < 0)
 		return;
+	n->handle_upper = n->upper_fd >= 0;
+	if (!n->handle_upper)
+		return; /* a lower object stays where it is: found again in the parent's lower dir (ovl_node_ensure) */
 	h.fh.handle_bytes = MAX_HANDLE_SZ;
 	if (name_to_handle_at(fd, "", &h.fh, &mnt_id, AT_EMPTY_PATH) < 0)
 		return;
@@ -711,7 +715,6 @@ static void remember_handle(struct ovl_node *n)
 	memcpy(copy, &h.fh, sizeof(struct file_handle) + h.fh.handle_bytes);
 	free(n->handle);
 	n->handle = copy;
-	n->handle_upper = n->upper_fd >= 0;
 }
 
 void ovl_node_maybe_evict(void)

@@ -456,33 +456,81 @@ int ovl_resolve_child_lazy(struct ovl_node *dir, const char *name, struct ovl_re
 	return resolve_child(dir, name, res, true);
 }
 
-/* Re-opens an evicted node whose name is gone by its file handle (see remember_handle). copyup_lock held. */
-static int reopen_by_handle(struct ovl_node *n)
+/* Finds the lower object of an evicted lower-only non-dir whose name is gone, in its parent's lower dir. */
+static int reopen_lower(struct ovl_node *n, struct ovl_res *res)
+{
+	char name[NAME_MAX + 1];
+	struct ovl_node *parent;
+	struct ovl_stack s;
+	int r = -ESTALE;
+
+	pthread_mutex_lock(&ovl_fs->table_lock);
+	parent = n->parent;
+	if (parent && n->name && strlen(n->name) <= NAME_MAX)
+		strcpy(name, n->name);
+	else
+		parent = NULL;
+	pthread_mutex_unlock(&ovl_fs->table_lock);
+	if (!parent || ovl_node_rdlock_fresh(parent) < 0)
+		return -ESTALE;
+	ovl_node_stack(parent, &s);
+	for (uint16_t i = 0; i < s.n; i++) {
+		int fd;
+
+		if (s.l[i].layer != n->lower_layer)
+			continue;
+		fd = open_stat(s.l[i].fd, name, &res->st);
+		if (fd < 0)
+			break;
+		/* The very object the node was (lower layers do not change under us). */
+		if (res->st.st_dev != n->key_dev || res->st.st_ino != n->key_ino ||
+		    (res->st.st_mode & S_IFMT) != n->type) {
+			close(fd);
+			break;
+		}
+		res->lower_fd = fd;
+		res->lower_layer = n->lower_layer;
+		r = 0;
+		break;
+	}
+	pthread_rwlock_unlock(&parent->lock);
+	return r;
+}
+
+/*
+ * Re-opens an evicted non-dir whose name is gone (unlinked while open):
+ * an upper one by the file handle taken at eviction, a lower-only one in
+ * its parent's lower dir. copyup_lock held.
+ */
+static int reopen_removed(struct ovl_node *n)
 {
 	struct ovl_res res;
-	int mfd, fd;
+	int mfd, fd, r;
 
-	if (!n->handle)
-		return -ESTALE;
-	mfd = n->handle_upper ? ovl_fs->upper_fd : ovl_fs->lower_fds[n->lower_layer];
-	/* Rare (unlinked open files only): the layer root is opened for it, as an O_PATH fd is refused here. */
-	mfd = openat(mfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (mfd < 0)
-		return -ESTALE;
-	fd = open_by_handle_at(mfd, n->handle, O_PATH | O_CLOEXEC);
-	close(mfd);
-	if (fd < 0)
+	if (n->type == S_IFDIR)
 		return -ESTALE;
 	ovl_res_init(&res);
-	if (fstatat(fd, "", &res.st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 || (res.st.st_mode & S_IFMT) != n->type) {
-		close(fd);
-		return -ESTALE;
-	}
-	if (n->handle_upper) {
-		res.upper_fd = fd;
+	if (!n->handle_upper) {
+		r = reopen_lower(n, &res);
+		if (r < 0)
+			return r;
 	} else {
-		res.lower_fd = fd;
-		res.lower_layer = n->lower_layer;
+		if (!n->handle)
+			return -ESTALE;
+		/* Rare: the layer root is opened for it, as an O_PATH fd is refused here. */
+		mfd = openat(ovl_fs->upper_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (mfd < 0)
+			return -ESTALE;
+		fd = open_by_handle_at(mfd, n->handle, O_PATH | O_CLOEXEC);
+		close(mfd);
+		if (fd < 0)
+			return -ESTALE;
+		if (fstatat(fd, "", &res.st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 ||
+		    (res.st.st_mode & S_IFMT) != n->type) {
+			close(fd);
+			return -ESTALE;
+		}
+		res.upper_fd = fd;
 	}
 	/* Not hashable, no ino: the node keeps its identity and st_ino. */
 	ovl_node_apply(n, &res);
@@ -507,7 +555,7 @@ int ovl_node_ensure(struct ovl_node *n)
 	}
 	r = ovl_node_parent_name(n, &parent, &name);
 	if (r == -ESTALE) {
-		r = reopen_by_handle(n); /* unlinked while open (and evicted before) */
+		r = reopen_removed(n); /* unlinked while open (and evicted before) */
 		pthread_mutex_unlock(&fs->copyup_lock);
 		return r;
 	}
