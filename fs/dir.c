@@ -168,63 +168,65 @@ static bool is_impure(int fd)
 	       ovl_fgetxattr(fd, "trusted.overlay.impure", v, sizeof(v)) == 1;
 }
 
-/* Lists one layer's directory @fd into @l. */
+/* Adds one raw entry of a layer's directory @dfd to @l. */
+static int list_entry(struct lister *l, int dfd, const char *name, ino_t ino, unsigned char type, bool upper)
+{
+	int32_t v;
+
+	if (name[0] == '.' && (!name[1] || (name[1] == '.' && !name[2])))
+		return 0;
+	v = set_find(l, name);
+	if (v != INT32_MIN) {
+		if (v >= 0 && !upper && l->lower_ino[v] == 0)
+			l->lower_ino[v] = ino;
+		return 0;
+	}
+	if (type == DT_CHR || type == DT_UNKNOWN) {
+		struct stat st;
+
+		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			return errno == ENOENT ? 0 : -errno;
+		if (ovl_is_whiteout(&st))
+			return add_whiteout(l, name);
+		type = (unsigned char)IFTODT(st.st_mode);
+	}
+	return add_entry(l, name, ino, type);
+}
+
+/*
+ * Lists one layer's directory @fd (O_PATH) into @l: opened relative to
+ * itself and read with getdents64 directly (no /proc walk, no fdopendir
+ * fstat+fcntl: 3 syscalls less per directory).
+ */
 static int list_layer(struct lister *l, int fd, bool upper)
 {
-	_cleanup_closedir_ DIR *d = NULL;
-	struct dirent *de;
-	int dfd;
+	_cleanup_close_ int dfd = -1;
+	_cleanup_free_ char *buf = NULL;
+	const size_t bufsize = 32768;
 
-	dfd = fd_reopen(fd, O_RDONLY | O_DIRECTORY);
+	dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
-		return dfd;
-	d = fdopendir(dfd);
-	if (!d) {
-		close(dfd);
 		return -errno;
-	}
+	buf = malloc(bufsize);
+	if (!buf)
+		return -ENOMEM;
 	for (;;) {
-		unsigned char type;
-		int32_t v;
-		int r;
+		ssize_t n = getdents64(dfd, buf, bufsize);
 
-		errno = 0;
-		de = readdir(d);
-		if (!de) {
-			if (errno)
-				return -errno;
-			break;
-		}
-		if (de->d_name[0] == '.' && (!de->d_name[1] || (de->d_name[1] == '.' && !de->d_name[2])))
-			continue;
-		v = set_find(l, de->d_name);
-		if (v != INT32_MIN) {
-			if (v >= 0 && !upper && l->lower_ino[v] == 0)
-				l->lower_ino[v] = de->d_ino;
-			continue;
-		}
-		type = de->d_type;
-		if (type == DT_CHR || type == DT_UNKNOWN) {
-			struct stat st;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return 0;
+		for (ssize_t off = 0; off < n;) {
+			struct dirent64 *de = (struct dirent64 *)(void *)(buf + off);
+			int r;
 
-			if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-				if (errno == ENOENT)
-					continue;
-				return -errno;
-			}
-			if (ovl_is_whiteout(&st)) {
-				r = add_whiteout(l, de->d_name);
-				if (r < 0)
-					return r;
-				continue;
-			}
-			type = (unsigned char)IFTODT(st.st_mode);
+			off += de->d_reclen;
+			r = list_entry(l, dfd, de->d_name, de->d_ino, de->d_type, upper);
+			if (r < 0)
+				return r;
 		}
-		r = add_entry(l, de->d_name, de->d_ino, type);
-		if (r < 0)
-			return r;
 	}
-	return 0;
 }
 
 /* Lists the merged directory of stack @s. */

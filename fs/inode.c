@@ -7,9 +7,13 @@
  * mutex that is only held for pointer work, never across a syscall.
  * Lookup counts follow the kernel: each entry reply adds one, forget
  * subtracts; a node is freed when the kernel forgot it and no child points
- * at it.
+ * at it. Nodes that hold layer fds are on an LRU list (fs->all_*), the
+ * others (lazy lower files, evicted nodes) on fs->cold_*; over the fd
+ * budget the least recently used are evicted (CLOCK: a node used since the
+ * last scan, or a directory with cached children, gets a second round).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -109,6 +113,69 @@ static void id_insert(struct ovl_fs *fs, struct ovl_node *n)
 	n->id_hashed = true;
 }
 
+static bool node_has_fds(const struct ovl_node *n)
+{
+	return n->upper_fd >= 0 || n->lower_fd >= 0 || n->n_extra > 0;
+}
+
+/* Takes @n off its list (hot or cold). table_lock held. */
+static void list_unlink(struct ovl_fs *fs, struct ovl_node *n)
+{
+	struct ovl_node **first = n->hot ? &fs->all_first : &fs->cold_first;
+	struct ovl_node **last = n->hot ? &fs->all_last : &fs->cold_last;
+
+	if (n->all_prev)
+		n->all_prev->all_next = n->all_next;
+	else
+		*first = n->all_next;
+	if (n->all_next)
+		n->all_next->all_prev = n->all_prev;
+	else
+		*last = n->all_prev;
+	n->all_prev = n->all_next = NULL;
+	if (n->hot)
+		fs->n_hot--;
+}
+
+/* Puts @n at the head (most recently used end) of the hot or the cold list. table_lock held, @n on no list. */
+static void list_push(struct ovl_fs *fs, struct ovl_node *n, bool hot)
+{
+	struct ovl_node **first = hot ? &fs->all_first : &fs->cold_first;
+	struct ovl_node **last = hot ? &fs->all_last : &fs->cold_last;
+
+	n->hot = hot;
+	n->all_prev = NULL;
+	n->all_next = *first;
+	if (*first)
+		(*first)->all_prev = n;
+	else
+		*last = n;
+	*first = n;
+	if (hot)
+		fs->n_hot++;
+}
+
+/* Moves @n to the list its fds say. copyup_lock held (fds cannot change). */
+static void list_update(struct ovl_node *n)
+{
+	struct ovl_fs *fs = ovl_fs;
+	bool hot = node_has_fds(n);
+
+	if (n == &fs->root)
+		return;
+	pthread_mutex_lock(&fs->table_lock);
+	if (hot != n->hot) {
+		list_unlink(fs, n);
+		list_push(fs, n, hot);
+	}
+	pthread_mutex_unlock(&fs->table_lock);
+}
+
+/* Iterates over every node but the root (hot list, then cold list). table_lock held. */
+#define FOREACH_NODE(fs, d)                                                                     \
+	for (struct ovl_node *d = (fs)->all_first ? (fs)->all_first : (fs)->cold_first; d;      \
+	     d = d->all_next ? d->all_next : (d->hot ? (fs)->cold_first : NULL))
+
 /* Doubles both tables; on allocation failure keeps the old (longer chains, still correct). */
 static void maybe_grow(struct ovl_fs *fs)
 {
@@ -205,11 +272,15 @@ void ovl_node_apply(struct ovl_node *n, struct ovl_res *res)
 		ovl_node_set_ino(n, res->ino); /* e.g. a lower hard link split by a subtree copy */
 	pthread_rwlock_wrlock(&n->lock);
 	close_state(n);
+	free(n->handle);
+	n->handle = NULL;
 	if (take_res(n, res) < 0)
 		ovl_res_done(res); /* stays stale: the next access retries */
 	else
 		atomic_store(&n->stale, false);
 	pthread_rwlock_unlock(&n->lock);
+	atomic_store(&n->used, true);
+	list_update(n);
 }
 
 void ovl_node_drop_state(struct ovl_node *n)
@@ -220,11 +291,13 @@ void ovl_node_drop_state(struct ovl_node *n)
 	atomic_store(&n->stale, true);
 	close_state(n);
 	pthread_rwlock_unlock(&n->lock);
+	list_update(n);
 }
 
 static void node_free(struct ovl_node *n)
 {
 	close_state(n);
+	free(n->handle);
 	pthread_rwlock_destroy(&n->lock);
 	free(n->name);
 	free(n);
@@ -238,14 +311,7 @@ static void release_locked(struct ovl_fs *fs, struct ovl_node *n)
 
 		id_unlink(fs, n);
 		name_unlink(fs, n);
-		if (n->all_prev)
-			n->all_prev->all_next = n->all_next;
-		else
-			fs->all_first = n->all_next;
-		if (n->all_next)
-			n->all_next->all_prev = n->all_prev;
-		else
-			fs->all_last = n->all_prev;
+		list_unlink(fs, n);
 		fs->n_nodes--;
 		node_free(n);
 		if (!parent)
@@ -294,7 +360,12 @@ int ovl_node_get(struct ovl_node *parent, const char *name, struct ovl_res *res,
 	}
 	if (n) {
 		n->nlookup++;
-		if (atomic_load(&n->stale) || !n->name_hashed) {
+		if (!atomic_load(&n->used))
+			atomic_store(&n->used, true);
+		if (n->name_hashed && n->parent == parent && strcmp(n->name, name) == 0) {
+			/* Same name (a lazy node looked up again): nothing to rename. */
+			need_apply = atomic_load(&n->stale) && !res->lower_nofd;
+		} else if (atomic_load(&n->stale) || !n->name_hashed) {
 			/* Give it the name it was just found under. */
 			char *nn = strdup(name);
 
@@ -313,7 +384,8 @@ int ovl_node_get(struct ovl_node *parent, const char *name, struct ovl_res *res,
 				n->removed = false;
 				name_insert(fs, n);
 			}
-			need_apply = atomic_load(&n->stale);
+			/* A lazy result has no fds to give: the node opens them by name when used. */
+			need_apply = atomic_load(&n->stale) && !res->lower_nofd;
 		}
 		pthread_mutex_unlock(&fs->table_lock);
 		if (need_apply) {
@@ -344,6 +416,8 @@ int ovl_node_get(struct ovl_node *parent, const char *name, struct ovl_res *res,
 	n->key_ino = res->key_ino;
 	n->ino = res->ino;
 	n->nlookup = 1;
+	/* A lazy node (lower file found by stat only) opens its fd by name at its first use. */
+	atomic_store(&n->stale, res->lower_nofd);
 
 	pthread_mutex_lock(&fs->table_lock);
 	n->parent = parent;
@@ -351,12 +425,7 @@ int ovl_node_get(struct ovl_node *parent, const char *name, struct ovl_res *res,
 	if (res_hashable)
 		id_insert(fs, n);
 	name_insert(fs, n);
-	n->all_next = fs->all_first;
-	if (fs->all_first)
-		fs->all_first->all_prev = n;
-	else
-		fs->all_last = n;
-	fs->all_first = n;
+	list_push(fs, n, node_has_fds(n));
 	fs->n_nodes++;
 	maybe_grow(fs);
 	pthread_mutex_unlock(&fs->table_lock);
@@ -496,7 +565,7 @@ void ovl_node_foreach_descendant(struct ovl_node *n, void (*fn)(struct ovl_node 
 	struct ovl_fs *fs = ovl_fs;
 
 	pthread_mutex_lock(&fs->table_lock);
-	for (struct ovl_node *d = fs->all_first; d; d = d->all_next)
+	FOREACH_NODE(fs, d)
 		if (is_descendant(d, n))
 			fn(d, ud);
 	pthread_mutex_unlock(&fs->table_lock);
@@ -507,7 +576,7 @@ void ovl_node_invalidate_subtree(struct ovl_node *n)
 	struct ovl_fs *fs = ovl_fs;
 
 	pthread_mutex_lock(&fs->table_lock);
-	for (struct ovl_node *d = fs->all_first; d; d = d->all_next)
+	FOREACH_NODE(fs, d)
 		if (d == n || is_descendant(d, n))
 			atomic_store(&d->stale, true); /* re-resolved by name at the next access */
 	pthread_mutex_unlock(&fs->table_lock);
@@ -521,7 +590,7 @@ int ovl_node_child_names(struct ovl_node *n, char ***ret, size_t *ret_n)
 	int r = 0;
 
 	pthread_mutex_lock(&fs->table_lock);
-	for (struct ovl_node *d = fs->all_first; d; d = d->all_next) {
+	FOREACH_NODE(fs, d) {
 		if (d->parent != n || !d->name_hashed)
 			continue;
 		if (cnt + 1 >= cap) {
@@ -615,6 +684,39 @@ int ovl_node_parent_name(struct ovl_node *n, struct ovl_node **ret_parent, char 
 	return 0;
 }
 
+/*
+ * Keeps a file handle of an evicted upper non-directory: if its name is
+ * unlinked while a process still has it open, the name can no longer find
+ * it, the handle can (ovl_node_ensure()). A lower-only one needs none: the
+ * lower object is still in its parent's lower dir. Best effort (a layer
+ * without handle support just loses that case). copyup_lock held.
+ */
+static void remember_handle(struct ovl_node *n)
+{
+	union {
+		struct file_handle fh;
+		char buf[sizeof(struct file_handle) + MAX_HANDLE_SZ];
+	} h;
+	int fd = n->upper_fd >= 0 ? n->upper_fd : n->lower_fd;
+	struct file_handle *copy;
+	int mnt_id;
+
+	if (n->type == S_IFDIR || fd < 0)
+		return;
+	n->handle_upper = n->upper_fd >= 0;
+	if (!n->handle_upper)
+		return; /* a lower object stays where it is: found again in the parent's lower dir (ovl_node_ensure) */
+	h.fh.handle_bytes = MAX_HANDLE_SZ;
+	if (name_to_handle_at(fd, "", &h.fh, &mnt_id, AT_EMPTY_PATH) < 0)
+		return;
+	copy = malloc(sizeof(struct file_handle) + h.fh.handle_bytes);
+	if (!copy)
+		return;
+	memcpy(copy, &h.fh, sizeof(struct file_handle) + h.fh.handle_bytes);
+	free(n->handle);
+	n->handle = copy;
+}
+
 void ovl_node_maybe_evict(void)
 {
 	struct ovl_fs *fs = ovl_fs;
@@ -626,19 +728,39 @@ void ovl_node_maybe_evict(void)
 		return;
 	if (pthread_mutex_trylock(&fs->evict_lock) != 0)
 		return; /* someone else is at it */
-	pthread_mutex_lock(&fs->copyup_lock);
+	pthread_mutex_lock(&fs->copyup_lock); /* node fds cannot change under us */
 	over = atomic_load(&fs->n_fds) - fs->fd_budget * 9 / 10;
 	pthread_mutex_lock(&fs->table_lock);
-	for (struct ovl_node *d = fs->all_last; d && cnt < ARRAY_SIZE(batch) && over > 0; d = d->all_prev) {
-		if (d->removed || (d->upper_fd < 0 && d->lower_fd < 0 && d->n_extra == 0))
-			continue; /* nothing to close, or no name to re-resolve it by */
-		d->refs++; /* pin */
-		batch[cnt++] = d;
-		over -= (d->upper_fd >= 0) + (d->lower_fd >= 0) + d->n_extra;
+	/*
+	 * CLOCK over the hot list, from its least recently used end: a node
+	 * used since the last round, or a directory whose cached children
+	 * re-resolve through it, is moved to the head instead. Only when a
+	 * whole round found nothing else are such nodes taken too. Each node
+	 * is looked at once per round, so a call costs O(hot nodes) at worst
+	 * and O(batch) when the tail is cold.
+	 */
+	for (int pass = 0; pass < 2 && cnt == 0; pass++) {
+		for (size_t steps = fs->n_hot; steps > 0 && cnt < ARRAY_SIZE(batch) && over > 0; steps--) {
+			struct ovl_node *d = fs->all_last;
+			bool keep;
+
+			if (!d)
+				break;
+			keep = d->removed || /* no name to re-resolve it by */
+			       (pass == 0 && (atomic_exchange(&d->used, false) || (d->type == S_IFDIR && d->refs > 0)));
+			list_unlink(fs, d);
+			list_push(fs, d, true);
+			if (keep)
+				continue;
+			d->refs++; /* pin */
+			batch[cnt++] = d;
+			over -= (d->upper_fd >= 0) + (d->lower_fd >= 0) + d->n_extra;
+		}
 	}
 	pthread_mutex_unlock(&fs->table_lock);
 	for (size_t i = 0; i < cnt; i++) {
-		ovl_node_drop_state(batch[i]);
+		remember_handle(batch[i]);
+		ovl_node_drop_state(batch[i]); /* moves it to the cold list */
 		ovl_node_unpin(batch[i]);
 	}
 	pthread_mutex_unlock(&fs->copyup_lock);
@@ -649,11 +771,13 @@ void ovl_table_free(struct ovl_fs *fs)
 {
 	struct ovl_node *n, *next;
 
-	for (n = fs->all_first; n; n = next) {
-		next = n->all_next;
-		node_free(n);
-	}
-	fs->all_first = NULL;
+	for (int l = 0; l < 2; l++)
+		for (n = l ? fs->cold_first : fs->all_first; n; n = next) {
+			next = n->all_next;
+			node_free(n);
+		}
+	fs->all_first = fs->all_last = fs->cold_first = fs->cold_last = NULL;
+	fs->n_hot = 0;
 	free(fs->id_tab);
 	free(fs->name_tab);
 	fs->id_tab = fs->name_tab = NULL;

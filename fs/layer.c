@@ -185,6 +185,44 @@ static bool add_lower(struct ovl_res *res, int fd, unsigned layer, const struct 
 	return !lower_is_opaque(fd, layer);
 }
 
+/*
+ * A lazy lookup of a name no upper object holds: stat it first, and open
+ * it only if it is a directory (merged further down, and its children
+ * resolve through its fds) or a lower hard link (found by name, and copy-up
+ * must see st_nlink). Returns true to continue with the next layer.
+ */
+static bool lookup_lower_lazy(struct ovl_res *res, int dir_fd, unsigned layer, const char *name, int *err)
+{
+	struct stat st;
+	int fd;
+
+	if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		if (errno != ENOENT && errno != ENOTDIR && *err == 0)
+			*err = -errno;
+		return errno == ENOENT;
+	}
+	if (ovl_is_whiteout(&st))
+		return false;
+	if (S_ISDIR(st.st_mode) || st.st_nlink > 1) {
+		fd = open_stat(dir_fd, name, &st);
+		if (fd < 0) {
+			if (fd != -ENOENT && fd != -ENOTDIR && *err == 0)
+				*err = fd;
+			return fd == -ENOENT;
+		}
+		if (ovl_is_whiteout(&st)) {
+			close(fd);
+			return false;
+		}
+		return add_lower(res, fd, layer, &st);
+	}
+	res->lower_exists = true;
+	res->lower_nofd = true;
+	res->lower_layer = (uint16_t)layer;
+	res->st = st;
+	return false;
+}
+
 /* Looks @name up in one lower dir. Returns true to continue with the next layer. */
 static bool lookup_lower(struct ovl_res *res, int dir_fd, unsigned layer, const char *name, int *err)
 {
@@ -262,7 +300,7 @@ void ovl_res_stack(const struct ovl_res *r, struct ovl_stack *s)
 		s->l[s->n++] = r->extra[i];
 }
 
-int ovl_resolve_in_stack(const struct ovl_stack *s, const char *name, struct ovl_res *res)
+static int resolve_in_stack(const struct ovl_stack *s, const char *name, struct ovl_res *res, bool lazy)
 {
 	char redirect[PATH_MAX];
 	const char *lname = name;
@@ -321,13 +359,21 @@ int ovl_resolve_in_stack(const struct ovl_stack *s, const char *name, struct ovl
 		if (use_redirect_abs) {
 			lookup_redirect_abs(res, redirect + 1 + strspn(redirect + 1, "/"), &err);
 		} else {
-			for (uint16_t i = 0; i < s->n; i++)
-				if (!lookup_lower(res, s->l[i].fd, s->l[i].layer, lname, &err))
+			for (uint16_t i = 0; i < s->n; i++) {
+				bool more;
+
+				/* Lazy only while nothing was found: below an upper or a lower dir, fds are needed. */
+				if (lazy && res->upper_fd < 0 && res->lower_fd < 0)
+					more = lookup_lower_lazy(res, s->l[i].fd, s->l[i].layer, lname, &err);
+				else
+					more = lookup_lower(res, s->l[i].fd, s->l[i].layer, lname, &err);
+				if (!more)
 					break;
+			}
 		}
 	}
 
-	if (res->upper_fd < 0 && res->lower_fd < 0) {
+	if (res->upper_fd < 0 && res->lower_fd < 0 && !res->lower_nofd) {
 		bool lower_exists = res->lower_exists;
 
 		ovl_res_done(res);
@@ -359,8 +405,15 @@ int ovl_resolve_in_stack(const struct ovl_stack *s, const char *name, struct ovl
 	return 0;
 }
 
+int ovl_resolve_in_stack(const struct ovl_stack *s, const char *name, struct ovl_res *res)
+{
+	return resolve_in_stack(s, name, res, false);
+}
+
 int ovl_node_rdlock_fresh(struct ovl_node *n)
 {
+	if (!atomic_load(&n->used))
+		atomic_store(&n->used, true); /* for the eviction's second chance; no store when already set */
 	for (int tries = 0; tries < 8; tries++) {
 		int r = ovl_node_ensure(n);
 
@@ -374,7 +427,7 @@ int ovl_node_rdlock_fresh(struct ovl_node *n)
 	return -ESTALE;
 }
 
-int ovl_resolve_child(struct ovl_node *dir, const char *name, struct ovl_res *res)
+static int resolve_child(struct ovl_node *dir, const char *name, struct ovl_res *res, bool lazy)
 {
 	struct ovl_stack s;
 	int r;
@@ -388,9 +441,101 @@ int ovl_resolve_child(struct ovl_node *dir, const char *name, struct ovl_res *re
 	if (r < 0)
 		return r;
 	ovl_node_stack(dir, &s);
-	r = ovl_resolve_in_stack(&s, name, res);
+	r = resolve_in_stack(&s, name, res, lazy);
 	pthread_rwlock_unlock(&dir->lock);
 	return r;
+}
+
+int ovl_resolve_child(struct ovl_node *dir, const char *name, struct ovl_res *res)
+{
+	return resolve_child(dir, name, res, false);
+}
+
+int ovl_resolve_child_lazy(struct ovl_node *dir, const char *name, struct ovl_res *res)
+{
+	return resolve_child(dir, name, res, true);
+}
+
+/* Finds the lower object of an evicted lower-only non-dir whose name is gone, in its parent's lower dir. */
+static int reopen_lower(struct ovl_node *n, struct ovl_res *res)
+{
+	char name[NAME_MAX + 1];
+	struct ovl_node *parent;
+	struct ovl_stack s;
+	int r = -ESTALE;
+
+	pthread_mutex_lock(&ovl_fs->table_lock);
+	parent = n->parent;
+	if (parent && n->name && strlen(n->name) <= NAME_MAX)
+		strcpy(name, n->name);
+	else
+		parent = NULL;
+	pthread_mutex_unlock(&ovl_fs->table_lock);
+	if (!parent || ovl_node_rdlock_fresh(parent) < 0)
+		return -ESTALE;
+	ovl_node_stack(parent, &s);
+	for (uint16_t i = 0; i < s.n; i++) {
+		int fd;
+
+		if (s.l[i].layer != n->lower_layer)
+			continue;
+		fd = open_stat(s.l[i].fd, name, &res->st);
+		if (fd < 0)
+			break;
+		/* The very object the node was (lower layers do not change under us). */
+		if (res->st.st_dev != n->key_dev || res->st.st_ino != n->key_ino ||
+		    (res->st.st_mode & S_IFMT) != n->type) {
+			close(fd);
+			break;
+		}
+		res->lower_fd = fd;
+		res->lower_layer = n->lower_layer;
+		r = 0;
+		break;
+	}
+	pthread_rwlock_unlock(&parent->lock);
+	return r;
+}
+
+/*
+ * Re-opens an evicted non-dir whose name is gone (unlinked while open):
+ * an upper one by the file handle taken at eviction, a lower-only one in
+ * its parent's lower dir. copyup_lock held.
+ */
+static int reopen_removed(struct ovl_node *n)
+{
+	struct ovl_res res;
+	int mfd, fd, r;
+
+	if (n->type == S_IFDIR)
+		return -ESTALE;
+	ovl_res_init(&res);
+	if (!n->handle_upper) {
+		r = reopen_lower(n, &res);
+		if (r < 0)
+			return r;
+	} else {
+		if (!n->handle)
+			return -ESTALE;
+		/* Rare: the layer root is opened for it, as an O_PATH fd is refused here. */
+		mfd = openat(ovl_fs->upper_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (mfd < 0)
+			return -ESTALE;
+		fd = open_by_handle_at(mfd, n->handle, O_PATH | O_CLOEXEC);
+		close(mfd);
+		if (fd < 0)
+			return -ESTALE;
+		if (fstatat(fd, "", &res.st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 ||
+		    (res.st.st_mode & S_IFMT) != n->type) {
+			close(fd);
+			return -ESTALE;
+		}
+		res.upper_fd = fd;
+	}
+	/* Not hashable, no ino: the node keeps its identity and st_ino. */
+	ovl_node_apply(n, &res);
+	ovl_res_done(&res);
+	return 0;
 }
 
 int ovl_node_ensure(struct ovl_node *n)
@@ -409,6 +554,11 @@ int ovl_node_ensure(struct ovl_node *n)
 		return 0;
 	}
 	r = ovl_node_parent_name(n, &parent, &name);
+	if (r == -ESTALE) {
+		r = reopen_removed(n); /* unlinked while open (and evicted before) */
+		pthread_mutex_unlock(&fs->copyup_lock);
+		return r;
+	}
 	if (r >= 0)
 		r = ovl_node_ensure(parent);
 	if (r >= 0)

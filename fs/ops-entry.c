@@ -94,7 +94,7 @@ int ovl_lookup_node(struct ovl_node *p, const char *name, struct ovl_node **ret,
 	r = ovl_node_ensure(p);
 	if (r < 0)
 		return r;
-	r = ovl_resolve_child(p, name, &res);
+	r = ovl_resolve_child_lazy(p, name, &res);
 	if (r < 0)
 		return r;
 	st = res.st;

@@ -87,6 +87,8 @@ void ovl_options_free(struct ovl_options *o);
 
 /* ------------------------------------------------------------------ nodes */
 
+struct file_handle;
+
 struct ovl_lower {
 	int fd;         /* O_PATH */
 	uint16_t layer; /* index into the lower list */
@@ -121,6 +123,8 @@ struct ovl_node {
 	uint32_t refs;              /* table_lock: children whose ->parent is us */
 	bool id_hashed, name_hashed; /* table_lock */
 	bool removed;                /* table_lock: its name was unlinked (never re-resolve it by name) */
+	bool hot;                    /* table_lock: on fs->all_* (holds fds), else on fs->cold_* */
+	atomic_bool used;            /* set on use, cleared by the eviction scan (second chance) */
 	mode_t type;                /* S_IFMT, immutable */
 	dev_t key_dev;              /* table_lock (re-keyed on copy-up) */
 	ino_t key_ino;              /* table_lock */
@@ -132,9 +136,11 @@ struct ovl_node {
 	int lower_fd;               /* O_PATH of the top lower object or -1 */
 	uint16_t lower_layer;
 	uint16_t n_extra;           /* dirs: further lower dirs merged below lower_fd */
-	struct ovl_lower *extra;
 	bool opaque;                /* dirs: upper dir is opaque (no lower merged) */
-	atomic_bool stale;          /* fds must be re-resolved before use */
+	bool handle_upper;          /* handle is of the upper object (else of lower layer lower_layer) */
+	atomic_bool stale;          /* fds must be re-resolved before use (a lazy or evicted node has none) */
+	struct ovl_lower *extra;
+	struct file_handle *handle; /* evicted non-dirs: the top object, to re-open it once its name is gone (copyup_lock) */
 	struct ovl_open *open;      /* passthrough.c's lock: open-file state, NULL while no file is open */
 };
 
@@ -145,6 +151,7 @@ struct ovl_res {
 	uint16_t n_extra;
 	struct ovl_lower extra[OVL_MAX_LOWER];
 	bool opaque;
+	bool lower_nofd;         /* a lower-only non-directory found by stat only: lower_fd stays -1 (lazy node) */
 	bool whiteout_in_upper;  /* upper holds a whiteout for the name */
 	bool lower_exists;       /* some lower holds the name (visible or not under upper) */
 	struct stat st;          /* of the top object */
@@ -176,7 +183,9 @@ struct ovl_fs {
 	pthread_mutex_t table_lock;
 	struct ovl_node **id_tab, **name_tab;
 	size_t tab_size, n_nodes;
-	struct ovl_node *all_first, *all_last;
+	struct ovl_node *all_first, *all_last;   /* nodes holding fds, most recently used first */
+	struct ovl_node *cold_first, *cold_last; /* nodes holding none (lazy or evicted) */
+	size_t n_hot;                            /* nodes on all_* */
 
 	/* Open layer fds held by nodes, and how many we allow (RLIMIT_NOFILE minus room for open files). */
 	atomic_long n_fds;
@@ -306,7 +315,7 @@ static inline void ovl_res_init(struct ovl_res *r)
 	r->hashable = false;
 	r->upper_fd = r->lower_fd = -1;
 	r->n_extra = 0;
-	r->opaque = r->whiteout_in_upper = r->lower_exists = false;
+	r->opaque = r->whiteout_in_upper = r->lower_exists = r->lower_nofd = false;
 }
 /* Closes the fds held by @r. */
 void ovl_res_done(struct ovl_res *r);
@@ -320,6 +329,14 @@ void ovl_res_done(struct ovl_res *r);
  */
 int ovl_resolve_child(struct ovl_node *dir, const char *name, struct ovl_res *res);
 
+/*
+ * Like ovl_resolve_child(), for LOOKUP and READDIRPLUS replies: a
+ * lower-only non-directory (not a lower hard link) is only stat()ed, no fd
+ * is opened (res->lower_nofd). ovl_node_get() then makes a lazy node that
+ * opens its fd by name at its first use, or keeps an existing node as is.
+ */
+int ovl_resolve_child_lazy(struct ovl_node *dir, const char *name, struct ovl_res *res);
+
 /* Fills @s with @n's layers (borrowed: hold @n's lock while using them). */
 void ovl_node_stack(struct ovl_node *n, struct ovl_stack *s);
 /* Fills @s with the layers of the directory described by @r (borrowed from @r). */
@@ -330,7 +347,11 @@ int ovl_resolve_in_stack(const struct ovl_stack *s, const char *name, struct ovl
 /* Refreshes @n if needed and takes its lock shared, with its fds valid. Returns 0 or -errno (lock not held). */
 int ovl_node_rdlock_fresh(struct ovl_node *n);
 
-/* Closes the fds of the least recently created nodes when over fd_budget (they re-resolve by name when used). Call with no lock held. */
+/*
+ * Closes the fds of the least recently used nodes when over fd_budget (they
+ * re-resolve by name when used); directories with cached children go last.
+ * Call with no lock held.
+ */
 void ovl_node_maybe_evict(void);
 
 /* Counts fds taken or closed by nodes. */

@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""draftfs with a tiny fd budget: node fds are evicted and re-opened by name.
+
+The daemon runs with RLIMIT_NOFILE 320 and without CAP_SYS_RESOURCE (so it
+cannot raise the limit), which leaves 64 fds for nodes: walking, reading,
+changing and renaming a tree of ~1500 entries must then close and re-open
+node fds all the time, and the view must stay exactly what a plain copy of
+the tree shows (content, modes, st_ino stable across walks), with the
+daemon's fd count bounded.
+"""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from fsutil import (IMPL, Mount, diff_snapshots, draftfs_bin, fsenv, require_impl,  # noqa: F401
+                    tree_snapshot, wait_mounted, write_file)
+
+NOFILE = 320
+
+
+class LimitedMount(Mount):
+    """A draftfs mount whose daemon has a small fd limit it cannot raise."""
+
+    def start(self):
+        os.makedirs(self.path, exist_ok=True)
+        self.stderr_path = self.path.rstrip("/") + ".stderr"
+        with open(self.stderr_path, "wb") as errf:
+            self.proc = subprocess.Popen(
+                ["prlimit", "--nofile=%d:%d" % (NOFILE, NOFILE), "setpriv", "--bounding-set=-sys_resource",
+                 draftfs_bin(), "-f", "-o", self.option_string(), self.path],
+                stdin=subprocess.DEVNULL, stdout=errf, stderr=errf)
+        wait_mounted(self.path, self.proc)
+        return self
+
+
+def make_tree(root):
+    for d in range(24):
+        sub = os.path.join(root, "d%02d" % d, "sub")
+        os.makedirs(sub)
+        for f in range(30):
+            write_file(os.path.join(root, "d%02d" % d, "f%02d" % f), b"%d/%d\n" % (d, f) * (f + 1),
+                       0o600 if f % 3 == 0 else 0o644)
+        for f in range(25):
+            write_file(os.path.join(sub, "g%02d" % f), b"sub %d/%d\n" % (d, f))
+        os.symlink("f01", os.path.join(root, "d%02d" % d, "link"))
+
+
+def fd_count(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+@pytest.fixture
+def limited(fsenv):  # noqa: F811
+    require_impl()
+    if IMPL != "draftfs":
+        pytest.skip("the fd budget is a draftfs mechanism")
+    if not shutil.which("prlimit") or not shutil.which("setpriv"):
+        pytest.skip("needs prlimit and setpriv (util-linux)")
+    lower = fsenv.dir("lower")
+    make_tree(lower)
+    plain = os.path.join(fsenv.base, "plain")
+    shutil.copytree(lower, plain, symlinks=True)
+    m = LimitedMount("draftfs", [lower], fsenv.dir("upper"), fsenv.dir("work"), os.path.join(fsenv.base, "mnt"))
+    fsenv.mounts.append(m)
+    m.start()
+    with open("/proc/%d/limits" % m.pid) as f:
+        limit = [ln for ln in f if ln.startswith("Max open files")][0].split()[3]
+    if int(limit) != NOFILE:
+        pytest.skip("the daemon raised its fd limit to %s (has CAP_SYS_RESOURCE in a user namespace?)" % limit)
+    return m, plain
+
+
+def test_walks_and_changes_under_eviction(limited):
+    m, plain = limited
+    mnt = m.path
+    first = tree_snapshot(mnt, ino=True)
+    assert diff_snapshots(tree_snapshot(plain), first, "plain", "draftfs") == []
+    assert fd_count(m.pid) < NOFILE
+    # a second walk re-opens evicted nodes by name: same view, same inode numbers
+    second = tree_snapshot(mnt, ino=True)
+    assert second == first
+
+    # changes on nodes whose fds were evicted long ago: copy-up, chmod, rename of a dir with cached children
+    for root in (mnt, plain):
+        with open(os.path.join(root, "d00", "f05"), "ab") as f:
+            f.write(b"appended\n")
+        os.chmod(os.path.join(root, "d01", "sub", "g03"), 0o640)
+        os.rename(os.path.join(root, "d02"), os.path.join(root, "d02-moved"))
+        os.unlink(os.path.join(root, "d03", "f07"))
+        os.rename(os.path.join(root, "d04", "f00"), os.path.join(root, "d05", "sub", "from-d04"))
+    after = tree_snapshot(mnt, ino=True)
+    assert diff_snapshots(tree_snapshot(plain), after, "plain", "draftfs") == []
+    assert after["d00/f05"]["ino"] == first["d00/f05"]["ino"], "st_ino changed on copy-up"
+    assert after["d02-moved/sub/g01"]["ino"] == first["d02/sub/g01"]["ino"]
+    assert fd_count(m.pid) < NOFILE
+
+
+def test_open_files_survive_eviction_and_unlink(limited):
+    m, _ = limited
+    mnt = m.path
+    new = os.path.join(mnt, "d07", "new")
+    write_file(new, b"upper file\n")
+    fds = {}
+    try:
+        for path, data in ((os.path.join(mnt, "d06", "f10"), b"6/10\n" * 11), (new, b"upper file\n")):
+            fds[path] = (os.open(path, os.O_RDONLY), data)
+        tree_snapshot(mnt)  # evicts the fds of the open files' nodes
+        for path, (fd, data) in fds.items():
+            os.unlink(path)
+            st = os.fstat(fd)
+            assert st.st_size == len(data), path
+            assert os.pread(fd, len(data), 0) == data, path
+            assert not os.path.exists(path)
+    finally:
+        for fd, _ in fds.values():
+            os.close(fd)
