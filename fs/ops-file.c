@@ -541,8 +541,10 @@ void ovl_op_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
 	conn->want |= conn->capable & (FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE |
 				       FUSE_CAP_PARALLEL_DIROPS | FUSE_CAP_ASYNC_READ | FUSE_CAP_READDIRPLUS |
-				       FUSE_CAP_READDIRPLUS_AUTO | FUSE_CAP_ATOMIC_O_TRUNC | FUSE_CAP_CACHE_SYMLINKS);
+				       FUSE_CAP_ATOMIC_O_TRUNC | FUSE_CAP_CACHE_SYMLINKS);
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA; /* explicit invalidation (live.changed) instead */
+	/* readdirplus for every batch, not only the first: a stat walk then costs no LOOKUP per entry */
+	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 	conn->want &= ~(FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS); /* the kernel keeps locks locally */
 	conn->max_write = 1024 * 1024;
 	conn->max_readahead = 1024 * 1024;
