@@ -185,44 +185,6 @@ static bool add_lower(struct ovl_res *res, int fd, unsigned layer, const struct 
 	return !lower_is_opaque(fd, layer);
 }
 
-/*
- * A lazy lookup of a name no upper object holds: stat it first, and open
- * it only if it is a directory (merged further down, and its children
- * resolve through its fds) or a lower hard link (found by name, and copy-up
- * must see st_nlink). Returns true to continue with the next layer.
- */
-static bool lookup_lower_lazy(struct ovl_res *res, int dir_fd, unsigned layer, const char *name, int *err)
-{
-	struct stat st;
-	int fd;
-
-	if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-		if (errno != ENOENT && errno != ENOTDIR && *err == 0)
-			*err = -errno;
-		return errno == ENOENT;
-	}
-	if (ovl_is_whiteout(&st))
-		return false;
-	if (S_ISDIR(st.st_mode) || st.st_nlink > 1) {
-		fd = open_stat(dir_fd, name, &st);
-		if (fd < 0) {
-			if (fd != -ENOENT && fd != -ENOTDIR && *err == 0)
-				*err = fd;
-			return fd == -ENOENT;
-		}
-		if (ovl_is_whiteout(&st)) {
-			close(fd);
-			return false;
-		}
-		return add_lower(res, fd, layer, &st);
-	}
-	res->lower_exists = true;
-	res->lower_nofd = true;
-	res->lower_layer = (uint16_t)layer;
-	res->st = st;
-	return false;
-}
-
 /* Looks @name up in one lower dir. Returns true to continue with the next layer. */
 static bool lookup_lower(struct ovl_res *res, int dir_fd, unsigned layer, const char *name, int *err)
 {
@@ -240,6 +202,32 @@ static bool lookup_lower(struct ovl_res *res, int dir_fd, unsigned layer, const 
 		return false;
 	}
 	return add_lower(res, fd, layer, &st);
+}
+
+/*
+ * A lazy lookup of a name no upper object holds: stat it first, and open
+ * it only if it is a directory (merged further down, and its children
+ * resolve through its fds) or a lower hard link (found by name, and copy-up
+ * must see st_nlink). Returns true to continue with the next layer.
+ */
+static bool lookup_lower_lazy(struct ovl_res *res, int dir_fd, unsigned layer, const char *name, int *err)
+{
+	struct stat st;
+
+	if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		if (errno != ENOENT && errno != ENOTDIR && *err == 0)
+			*err = -errno;
+		return errno == ENOENT;
+	}
+	if (ovl_is_whiteout(&st))
+		return false;
+	if (S_ISDIR(st.st_mode) || st.st_nlink > 1)
+		return lookup_lower(res, dir_fd, layer, name, err);
+	res->lower_exists = true;
+	res->lower_nofd = true;
+	res->lower_layer = (uint16_t)layer;
+	res->st = st;
+	return false;
 }
 
 /* Follows an absolute redirect ("/a/b") from the lower roots. */
