@@ -186,7 +186,7 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 		r = ovl_lookup_node(p, name, &n, &st);
 	if (r >= 0) {
 		r = new_fh(fd, false, fi);
-		/* A new node has no open files: never -ESTALE here. */
+		/* A new node has no open files: never -ESTALE here, and a writable open is always cached. */
 		if (r >= 0 && (r = ovl_pt_open(n, fd, true, (struct ovl_fh *)(uintptr_t)fi->fh)) < 0)
 			free((void *)(uintptr_t)fi->fh);
 		if (r < 0)
@@ -199,7 +199,7 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 	}
 	set_fi_flags(fi);
 	ovl_fill_entry(&e, n, &st);
-	if (ovl_pt_reply_create(req, &e, fi, (struct ovl_fh *)(uintptr_t)fi->fh) != 0) {
+	if (fuse_reply_create(req, &e, fi) != 0) {
 		release_fh(n, fi);
 		ovl_node_forget(n, 1);
 	}

@@ -116,7 +116,5 @@ bool ovl_pt_active(void);
 int ovl_pt_open(struct ovl_node *n, int fd, bool write, struct ovl_fh *fh);
 /* Undoes ovl_pt_open() at release (or when the open reply failed). */
 void ovl_pt_release(struct ovl_node *n, const struct ovl_fh *fh);
-/* fuse_reply_open()/fuse_reply_create() that also carry @fh's io mode and backing id. */
+/* fuse_reply_open() that also carries @fh's io mode and backing id. */
 int ovl_pt_reply_open(fuse_req_t req, const struct fuse_file_info *fi, const struct ovl_fh *fh);
-int ovl_pt_reply_create(fuse_req_t req, const struct fuse_entry_param *e, const struct fuse_file_info *fi,
-			const struct ovl_fh *fh);

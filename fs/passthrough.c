@@ -5,8 +5,8 @@
  * round trip to the daemon per read or write. libfuse 3.14 predates the
  * feature, so this file negotiates it: a custom I/O hook adds
  * FUSE_PASSTHROUGH and max_stack_depth to the INIT reply, backing files are
- * registered with the FUSE_DEV_IOC_BACKING_OPEN ioctl, and open and create
- * replies carrying the backing id are built here.
+ * registered with the FUSE_DEV_IOC_BACKING_OPEN ioctl, and open replies
+ * carrying the backing id are built here.
  *
  * Only reads pass through. Writes always come to the daemon: the control
  * plane's quiesce (diff, commit, discard on the live mount) holds writers
@@ -37,7 +37,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/fuse.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +53,6 @@
 /* Kernel ABI 7.40+, absent from the 6.1 uapi headers Debian 12 ships. */
 #define PT_FUSE_PASSTHROUGH (1ULL << 37)
 #define PT_FOPEN_DIRECT_IO (1U << 0)
-#define PT_FOPEN_KEEP_CACHE (1U << 1)
 #define PT_FOPEN_PASSTHROUGH (1U << 7)
 #define PT_INIT_EXT (1U << 30)
 #define PT_HANDLE_KILLPRIV_V2 (1U << 28)
@@ -285,78 +283,18 @@ void ovl_pt_release(struct ovl_node *n, const struct ovl_fh *fh)
 	pthread_mutex_unlock(&pt_lock);
 }
 
-static void fill_open(struct pt_open_out *out, const struct fuse_file_info *fi, const struct ovl_fh *fh)
-{
-	memset(out, 0, sizeof(*out));
-	out->fh = fi->fh;
-	if (fh->mode == OVL_IO_CACHED) {
-		if (fi->keep_cache)
-			out->open_flags |= PT_FOPEN_KEEP_CACHE;
-		if (fi->direct_io)
-			out->open_flags |= PT_FOPEN_DIRECT_IO;
-		return;
-	}
-	out->open_flags = PT_FOPEN_PASSTHROUGH;
-	if (fh->mode == OVL_IO_PT_DIRECT)
-		out->open_flags |= PT_FOPEN_DIRECT_IO;
-	out->backing_id = fh->backing_id;
-}
-
 int ovl_pt_reply_open(fuse_req_t req, const struct fuse_file_info *fi, const struct ovl_fh *fh)
 {
-	struct pt_open_out out;
+	struct pt_open_out out = {
+		.fh = fi->fh,
+		.open_flags = PT_FOPEN_PASSTHROUGH,
+		.backing_id = fh->backing_id,
+	};
 
 	if (fh->mode == OVL_IO_CACHED)
 		return fuse_reply_open(req, fi);
-	fill_open(&out, fi, fh);
-	return fuse_reply_buf(req, (const char *)&out, sizeof(out));
-}
-
-static uint64_t timeout_sec(double t)
-{
-	return t <= 0 ? 0 : t >= 1e18 ? (uint64_t)1e18 : (uint64_t)t;
-}
-
-static uint32_t timeout_nsec(double t)
-{
-	double f = t - (double)timeout_sec(t);
-
-	return f <= 0 ? 0 : f >= 0.999999999 ? 999999999 : (uint32_t)(f * 1e9);
-}
-
-int ovl_pt_reply_create(fuse_req_t req, const struct fuse_entry_param *e, const struct fuse_file_info *fi,
-			const struct ovl_fh *fh)
-{
-	struct {
-		struct fuse_entry_out entry;
-		struct pt_open_out open;
-	} out;
-	const struct stat *st = &e->attr;
-
-	if (fh->mode == OVL_IO_CACHED)
-		return fuse_reply_create(req, e, fi);
-	memset(&out, 0, sizeof(out));
-	out.entry.nodeid = e->ino;
-	out.entry.generation = e->generation;
-	out.entry.entry_valid = timeout_sec(e->entry_timeout);
-	out.entry.entry_valid_nsec = timeout_nsec(e->entry_timeout);
-	out.entry.attr_valid = timeout_sec(e->attr_timeout);
-	out.entry.attr_valid_nsec = timeout_nsec(e->attr_timeout);
-	out.entry.attr.ino = st->st_ino;
-	out.entry.attr.mode = st->st_mode;
-	out.entry.attr.nlink = (uint32_t)st->st_nlink;
-	out.entry.attr.uid = st->st_uid;
-	out.entry.attr.gid = st->st_gid;
-	out.entry.attr.rdev = (uint32_t)st->st_rdev;
-	out.entry.attr.size = (uint64_t)st->st_size;
-	out.entry.attr.blksize = (uint32_t)st->st_blksize;
-	out.entry.attr.blocks = (uint64_t)st->st_blocks;
-	out.entry.attr.atime = (uint64_t)st->st_atim.tv_sec;
-	out.entry.attr.mtime = (uint64_t)st->st_mtim.tv_sec;
-	out.entry.attr.ctime = (uint64_t)st->st_ctim.tv_sec;
-	out.entry.attr.atimensec = (uint32_t)st->st_atim.tv_nsec;
-	out.entry.attr.mtimensec = (uint32_t)st->st_mtim.tv_nsec;
-	out.entry.attr.ctimensec = (uint32_t)st->st_ctim.tv_nsec;
-	fill_open(&out.open, fi, fh);
+	/* keep_cache is not allowed with passthrough: there is no FUSE page cache to keep. */
+	if (fh->mode == OVL_IO_PT_DIRECT)
+		out.open_flags |= PT_FOPEN_DIRECT_IO;
 	return fuse_reply_buf(req, (const char *)&out, sizeof(out));
 }
