@@ -524,11 +524,20 @@ static int acquire_uid(struct api_session *s, uid_t want)
 	return 0;
 }
 
+/* Opens the mounted view into s->view_fd; an existing fd number is kept (dup3 swaps the mount behind it for requests that hold it). */
 static int open_view(struct api_session *s)
 {
-	safe_close(s->view_fd);
-	s->view_fd = open(s->view, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	return s->view_fd < 0 ? -errno : 0;
+	int fd = open(s->view, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), r;
+
+	if (fd < 0)
+		return -errno;
+	if (s->view_fd < 0) {
+		s->view_fd = fd;
+		return 0;
+	}
+	r = dup3(fd, s->view_fd, O_CLOEXEC) < 0 ? -errno : 0;
+	safe_close(fd);
+	return r;
 }
 
 static int sessions_count_reserve(struct api_server *srv)
@@ -700,7 +709,7 @@ void api_session_revive(struct api_session *s)
 {
 	static pthread_mutex_t revive_lock = PTHREAD_MUTEX_INITIALIZER;
 	struct api_error err = {};
-	int r, fd;
+	int r;
 
 	if (_likely_(!view_dead(s->view_fd)))
 		return;
@@ -713,12 +722,8 @@ void api_session_revive(struct api_session *s)
 	r = api_umount_view(s->view);
 	if (r >= 0)
 		r = api_mount_view(s, &err);
-	if (r >= 0) {
-		fd = open(s->view, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		/* dup3 swaps the mount behind the same fd number for requests that hold it. */
-		r = fd < 0 ? -errno : dup3(fd, s->view_fd, O_CLOEXEC) < 0 ? -errno : 0;
-		safe_close(fd);
-	}
+	if (r >= 0)
+		r = open_view(s);
 	if (r < 0)
 		log_error_errno(r, "session %s: cannot remount the view: %s", s->id, err.message[0] ? err.message : strerror(-r));
 	else
