@@ -199,9 +199,8 @@ static int setattr_fd(struct ovl_node *n, int fd, int hfd, struct stat *attr, in
 
 	/*
 	 * Truncate by a caller without CAP_FSETID (the kernel's
-	 * FATTR_KILL_SUIDGID, which libfuse passes as KILL_SUID; see
-	 * passthrough.c, FUSE_HANDLE_KILLPRIV_V2): clear S_ISUID, and S_ISGID
-	 * with group exec, as the kernel would. Our truncate as root would not.
+	 * FATTR_KILL_SUIDGID, which libfuse passes as KILL_SUID): clear the
+	 * set-id bits through the mode change below.
 	 */
 	if ((to_set & (FUSE_SET_ATTR_KILL_SUID | FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MODE)) ==
 	    (FUSE_SET_ATTR_KILL_SUID | FUSE_SET_ATTR_SIZE)) {
@@ -210,9 +209,7 @@ static int setattr_fd(struct ovl_node *n, int fd, int hfd, struct stat *attr, in
 
 		if (fstatat(fd, "", &cur, AT_EMPTY_PATH) < 0)
 			return -errno;
-		kill = cur.st_mode & S_ISUID;
-		if ((cur.st_mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP))
-			kill |= S_ISGID;
+		kill = ovl_setid_to_kill(cur.st_mode);
 		if (kill) {
 			attr->st_mode = cur.st_mode & ~kill;
 			to_set |= FUSE_SET_ATTR_MODE;

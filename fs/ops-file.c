@@ -58,12 +58,11 @@ static void release_fh(struct ovl_node *n, struct fuse_file_info *fi)
 }
 
 /*
- * A write, or open(O_TRUNC), by a caller without CAP_FSETID clears S_ISUID,
- * and S_ISGID with group exec, as the kernel does on any filesystem: with
- * FUSE_HANDLE_KILLPRIV_V2 (passthrough.c) and FUSE_CAP_ATOMIC_O_TRUNC the
- * kernel leaves it to us, and our own write or truncation as root would keep
- * them. uid 0 stands for CAP_FSETID: libfuse 3.14 drops the kernel's
- * FUSE_WRITE_KILL_SUIDGID and FUSE_OPEN_KILL_SUIDGID flags.
+ * A write, or open(O_TRUNC), by a caller without CAP_FSETID clears the
+ * set-id bits (ovl_setid_to_kill()): with FUSE_HANDLE_KILLPRIV_V2 and
+ * FUSE_CAP_ATOMIC_O_TRUNC the kernel leaves it to us. uid 0 stands for
+ * CAP_FSETID: libfuse 3.14 drops the kernel's FUSE_WRITE_KILL_SUIDGID and
+ * FUSE_OPEN_KILL_SUIDGID flags.
  */
 static int kill_setid(int fd)
 {
@@ -72,9 +71,7 @@ static int kill_setid(int fd)
 
 	if (fstat(fd, &st) < 0)
 		return -errno;
-	kill = st.st_mode & S_ISUID;
-	if ((st.st_mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP))
-		kill |= S_ISGID;
+	kill = ovl_setid_to_kill(st.st_mode);
 	if (kill && fchmod(fd, st.st_mode & 07777 & ~kill) < 0)
 		return -errno;
 	return 0;

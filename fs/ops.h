@@ -98,14 +98,27 @@ void ovl_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t si
 void ovl_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
 void ovl_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
 
+/*
+ * The set-id bits a write or truncate by a caller without CAP_FSETID clears
+ * from @mode: S_ISUID, and S_ISGID when group exec is set (as the kernel's
+ * should_remove_suid()). With FUSE_HANDLE_KILLPRIV_V2 (passthrough.c) that
+ * is ours to do, since our own writes as root would keep them.
+ */
+static inline mode_t ovl_setid_to_kill(mode_t mode)
+{
+	mode_t kill = mode & S_ISUID;
+
+	if ((mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP))
+		kill |= S_ISGID;
+	return kill;
+}
+
 /* ---- passthrough (fs/passthrough.c) */
 
 /* Installs the I/O hooks that negotiate passthrough on ovl_fs->se (before the loop). Returns 0 or -ENOMEM. */
 int ovl_pt_setup(struct ovl_fs *fs);
 /* From the INIT handler: asks the kernel for passthrough in the reply being built. */
 void ovl_pt_init(struct fuse_conn_info *conn);
-/* True while the kernel accepts backing files. */
-bool ovl_pt_active(void);
 /*
  * Chooses the io mode of a new open of node @n through @fd (the file the
  * handle reads and writes) and fills @fh->mode, ->backing_id and ->counted.

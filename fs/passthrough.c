@@ -152,19 +152,14 @@ void ovl_pt_init(struct fuse_conn_info *conn)
 	 * FUSE_HANDLE_KILLPRIV_V2 (7.33): the superblock gets SB_NOSEC, so the
 	 * kernel stops asking for security.capability before every write once
 	 * it knows a file has none. We then owe the kernel the clearing of
-	 * set-id bits on truncate (ops-entry.c setattr) and open(O_TRUNC)
-	 * (ops-file.c); it still clears them itself on write and chown.
+	 * set-id bits on write and open(O_TRUNC) (ops-file.c) and truncate
+	 * (ops-entry.c setattr); it still clears them itself on chown.
 	 */
 	if (conn->proto_minor >= 33)
 		init_add_flags = PT_HANDLE_KILLPRIV_V2;
 	/* FUSE_PASSTHROUGH is protocol 7.40; older kernels never see the flag. */
 	if (pt_wanted && conn->proto_minor >= 40)
 		init_add_flags2 = (uint32_t)(PT_FUSE_PASSTHROUGH >> 32);
-}
-
-bool ovl_pt_active(void)
-{
-	return atomic_load(&pt_on);
 }
 
 static int backing_open(int fd)
