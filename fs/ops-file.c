@@ -59,20 +59,16 @@ static void release_fh(struct ovl_node *n, struct fuse_file_info *fi)
 
 /*
  * A write, or open(O_TRUNC), by a caller without CAP_FSETID clears the
- * set-id bits (ovl_setid_to_kill()): with FUSE_HANDLE_KILLPRIV_V2 and
+ * set-id bits of @fd, whose attributes are @st (ovl_setid_to_kill()): with FUSE_HANDLE_KILLPRIV_V2 and
  * FUSE_CAP_ATOMIC_O_TRUNC the kernel leaves it to us. uid 0 stands for
  * CAP_FSETID: libfuse 3.14 drops the kernel's FUSE_WRITE_KILL_SUIDGID and
  * FUSE_OPEN_KILL_SUIDGID flags.
  */
-static int kill_setid(int fd)
+static int kill_setid(int fd, const struct stat *st)
 {
-	struct stat st;
-	mode_t kill;
+	mode_t kill = ovl_setid_to_kill(st->st_mode);
 
-	if (fstat(fd, &st) < 0)
-		return -errno;
-	kill = ovl_setid_to_kill(st.st_mode);
-	if (kill && fchmod(fd, st.st_mode & 07777 & ~kill) < 0)
+	if (kill && fchmod(fd, st->st_mode & 07777 & ~kill) < 0)
 		return -errno;
 	return 0;
 }
@@ -116,8 +112,11 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		pthread_rwlock_unlock(&n->lock);
 		r = fd;
 	}
-	if (r >= 0 && (fi->flags & O_TRUNC) && fuse_req_ctx(req)->uid != 0)
-		r = kill_setid(fd);
+	if (r >= 0 && (fi->flags & O_TRUNC) && fuse_req_ctx(req)->uid != 0) {
+		struct stat st;
+
+		r = fstat(fd, &st) < 0 ? -errno : kill_setid(fd, &st);
+	}
 	if (write)
 		ovl_mutate_end();
 	if (r >= 0)
@@ -237,29 +236,24 @@ void ovl_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct 
 void ovl_op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in, off_t off, struct fuse_file_info *fi)
 {
 	struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));
+	bool quota = ovl_fs->opt->quota_bytes != 0, kill = fuse_req_ctx(req)->uid != 0;
 	ssize_t r;
 
-	if (ovl_fs->opt->quota_bytes) {
-		struct stat st;
-
-		if (fstat(ovl_fh_fd(fi), &st) == 0 && (off_t)(off + out.buf[0].size) > st.st_size) {
-			int q = ovl_quota_check(off + (off_t)out.buf[0].size - st.st_size, 0);
-
-			if (q < 0) {
-				fuse_reply_err(req, -q);
-				return;
-			}
-		}
-	}
 	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	out.buf[0].fd = ovl_fh_fd(fi);
 	out.buf[0].pos = off;
-	/* FUSE_HANDLE_KILLPRIV_V2 leaves this to us (the kernel's FUSE_WRITE_KILL_SUIDGID is dropped by libfuse). */
-	if (fuse_req_ctx(req)->uid != 0) {
-		int k = kill_setid(out.buf[0].fd);
+	/* One fstat serves the quota and the set-id bits (FUSE_HANDLE_KILLPRIV_V2 leaves those to us). */
+	if (quota || kill) {
+		off_t end = off + (off_t)out.buf[0].size;
+		struct stat st;
+		int q = fstat(out.buf[0].fd, &st) < 0 ? -errno : 0;
 
-		if (k < 0) {
-			fuse_reply_err(req, -k);
+		if (q == 0 && quota && end > st.st_size)
+			q = ovl_quota_check(end - st.st_size, 0);
+		if (q == 0 && kill)
+			q = kill_setid(out.buf[0].fd, &st);
+		if (q < 0) {
+			fuse_reply_err(req, -q);
 			return;
 		}
 	}
