@@ -123,11 +123,6 @@ static int copy_data(int src_fd, int dst_fd, off_t size, bool sparse)
 	return ftruncate(dst_fd, size) < 0 ? -errno : 0;
 }
 
-int ovl_copy_data(int src_fd, int dst_fd, off_t size)
-{
-	return copy_data(src_fd, dst_fd, size, true);
-}
-
 /* fsetxattr on a real fd (@real) directly, else through the O_PATH fd's magic link. */
 static int set_xattr(int fd, bool real, const char *name, const void *value, size_t size)
 {

@@ -76,15 +76,6 @@ int ovl_fremovexattr(int fd, const char *name)
 	return removexattr(p, name) < 0 ? -errno : 0;
 }
 
-int ovl_setxattr_at(int dir_fd, const char *name, const char *xname, const void *value, size_t size, int flags)
-{
-	_cleanup_close_ int fd = openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-
-	if (fd < 0)
-		return -errno;
-	return ovl_fsetxattr(fd, xname, value, size, flags);
-}
-
 int ovl_origin_format(char *buf, size_t size, unsigned layer, const struct stat *st)
 {
 	return snprintf(buf, size, "v1 layer=%u dev=%llu ino=%llu size=%lld mtime=%lld.%09ld ctime=%lld.%09ld mode=%o",

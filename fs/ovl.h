@@ -380,8 +380,6 @@ ssize_t ovl_fgetxattr(int fd, const char *name, void *value, size_t size);
 int ovl_fsetxattr(int fd, const char *name, const void *value, size_t size, int flags);
 ssize_t ovl_flistxattr(int fd, char *list, size_t size);
 int ovl_fremovexattr(int fd, const char *name);
-/* The same for @name inside directory @dir_fd, not following a symlink at @name. */
-int ovl_setxattr_at(int dir_fd, const char *name, const char *xname, const void *value, size_t size, int flags);
 
 /* ------------------------------------------------------------------ copy-up */
 
@@ -435,9 +433,6 @@ int ovl_core_rm_rf_at(int dir_fd, const char *name);
  * opaque directory in the work dir. Returns 0 and the temporary name in @tmp.
  */
 int ovl_copy_tree_tmp(struct ovl_node *dir, char tmp[static 64]);
-
-/* Copies the data of @src_fd into @dst_fd (@size bytes): FICLONE, copy_file_range per data segment, read/write. Returns 0 or -errno. */
-int ovl_copy_data(int src_fd, int dst_fd, off_t size);
 
 /* Cleans the work dir of leftovers from an earlier run. Returns 0 or -errno. */
 int ovl_work_clean(int workwork_fd);
