@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct ovl_control;
@@ -30,6 +31,15 @@ struct ovl_layers {
 	uid_t (*map_uid_to_disk)(void *userdata, uid_t view_uid);
 	gid_t (*map_gid_to_disk)(void *userdata, gid_t view_gid);
 	void *map_userdata;
+};
+
+/* How the core serves the mount, for "status". */
+struct ovl_live_info {
+	const char *transport;      /* "io_uring" or "/dev/fuse": how requests reach the daemon */
+	unsigned queues;            /* io_uring: queues (one per possible CPU) ... */
+	unsigned threads_per_queue; /* ... and threads serving each */
+	uint64_t ring_requests;     /* io_uring: requests served over the queues so far */
+	bool passthrough;           /* the kernel reads files opened read-only from the layers itself */
 };
 
 /* Callbacks the core provides. All are thread-safe. */
@@ -52,6 +62,8 @@ struct ovl_live {
 	 * notifications from quiesce(false), after releasing the writers.
 	 */
 	void (*changed)(void *userdata, const char *path);
+	/* Fills what the core reports about itself in "status" (struct ovl_live_info). May be NULL. */
+	void (*info)(void *userdata, struct ovl_live_info *ret);
 };
 
 /*

@@ -130,6 +130,20 @@ int ovl_op_status(const struct ovl_ctl_env *env, cJSON **ret_result, cJSON **ret
 	json_add_u64(res, "upper_inodes", inodes);
 	r = ovl_journal_pending(env->layers->state_fd);
 	cJSON_AddStringToObject(res, "journal", r > 0 ? "pending" : "none");
+	if (env->live && env->live->info) {
+		struct ovl_live_info li = { 0 };
+		cJSON *t;
+
+		env->live->info(env->live->userdata, &li);
+		t = cJSON_AddObjectToObject(res, "transport");
+		cJSON_AddStringToObject(t, "kind", li.transport ? li.transport : "/dev/fuse");
+		if (li.queues) {
+			cJSON_AddNumberToObject(t, "queues", li.queues);
+			cJSON_AddNumberToObject(t, "threads_per_queue", li.threads_per_queue);
+			json_add_u64(t, "ring_requests", li.ring_requests);
+		}
+		cJSON_AddBoolToObject(res, "passthrough", li.passthrough);
+	}
 	if (ret_result)
 		*ret_result = TAKE_PTR(res);
 	return 0;

@@ -430,6 +430,10 @@ int ovl_daemon_main(int argc, char **argv)
 
 	if (check_mountpoint(opt.mountpoint) < 0)
 		goto out;
+	if (opt.uring == OVL_URING_ON && !ovl_uring_available(err, sizeof(err))) {
+		log_error("uring=on: %s", err);
+		goto out;
+	}
 	if (!realpath(opt.mountpoint, real_mnt)) {
 		log_error_errno(-errno, "cannot resolve mountpoint '%s'", opt.mountpoint);
 		goto out;
@@ -459,6 +463,7 @@ int ovl_daemon_main(int argc, char **argv)
 		.userdata = fs,
 		.quiesce = ovl_live_quiesce,
 		.changed = ovl_live_changed,
+		.info = ovl_live_info,
 	};
 	r = ovl_journal_recover(&fs->layers);
 	if (r < 0) {
@@ -489,9 +494,11 @@ int ovl_daemon_main(int argc, char **argv)
 		goto out;
 	}
 	mounted = true;
-	r = ovl_pt_setup(fs);
+	r = ovl_devio_setup(fs);
+	if (r >= 0)
+		r = ovl_pt_setup(fs);
 	if (r < 0) {
-		log_error_errno(r, "cannot set up passthrough");
+		log_error_errno(r, "cannot set up the session's device I/O");
 		goto out;
 	}
 
@@ -574,6 +581,7 @@ out:
 	if (fs->se) {
 		if (mounted)
 			fuse_session_unmount(fs->se);
+		ovl_uring_stop(); /* after the unmount, which ends their entries */
 		fuse_remove_signal_handlers(fs->se);
 		fuse_session_destroy(fs->se);
 		fs->se = NULL;

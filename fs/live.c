@@ -13,6 +13,7 @@
 #include "fdpath.h"
 #include "log.h"
 #include "macro.h"
+#include "ops.h"
 #include "ovl.h"
 
 /*
@@ -160,4 +161,18 @@ void ovl_live_changed(void *userdata, const char *path)
 			notify(fs, target_ino, names[i]);
 	}
 	strv_free(names);
+}
+
+void ovl_live_info(void *userdata, struct ovl_live_info *ret)
+{
+	struct ovl_uring_info u;
+
+	ovl_uring_info(&u);
+	*ret = (struct ovl_live_info){
+		.transport = u.active ? "io_uring" : "/dev/fuse",
+		.queues = u.active ? u.queues : 0,
+		.threads_per_queue = u.active ? u.threads_per_queue : 0,
+		.ring_requests = u.served,
+		.passthrough = ovl_pt_enabled(),
+	};
 }

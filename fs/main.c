@@ -25,6 +25,8 @@ static void usage(void)
 	       "  uidmapping=D:V:N[:...], gidmapping=...   disk id D shows as view id V (fuse-overlayfs syntax)\n"
 	       "  timeout=SECONDS       kernel cache lifetime (default 86400)\n"
 	       "  passthrough=all|upper|off   kernel reads open files from the layers (default all)\n"
+	       "  uring=auto|on|off     requests over FUSE io_uring queues, one per CPU (default auto:\n"
+	       "                        when the fuse module's enable_uring is on)\n"
 	       "  writeback=0|1  fsync=0|1  threads=N  quota_bytes=SIZE  quota_inodes=N\n"
 	       "  allow_other default_permissions (default when root), rw ro nosuid nodev noexec noatime ...\n"
 	       "  -f  stay in the foreground     -d  libfuse debug output\n");

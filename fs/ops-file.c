@@ -543,6 +543,7 @@ void ovl_op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->congestion_threshold = 48;
 	conn->time_gran = 1;
 	ovl_pt_init(conn);
+	ovl_uring_init(conn); /* last: it may turn splice replies off */
 }
 
 void ovl_op_destroy(void *userdata)

@@ -113,12 +113,29 @@ static inline mode_t ovl_setid_to_kill(mode_t mode)
 	return kill;
 }
 
+/* ---- the session's device I/O (fs/devio.c) */
+
+/* Installs the I/O hooks on ovl_fs->se (before the loop). Returns 0 or -ENOMEM. */
+int ovl_devio_setup(struct ovl_fs *fs);
+/*
+ * From the INIT handler: adds @flags and @flags2 (and max_stack_depth, if
+ * not 0) to the INIT reply this thread is about to send. flags2 bits are
+ * sent only when libfuse's reply carries FUSE_INIT_EXT.
+ */
+void ovl_devio_init_add(uint32_t flags, uint32_t flags2, uint32_t max_stack_depth);
+/* The kernel's INIT flags2 (its offer), 0 before INIT or without FUSE_INIT_EXT. */
+uint32_t ovl_devio_kernel_flags2(void);
+
 /* ---- passthrough (fs/passthrough.c) */
 
-/* Installs the I/O hooks that negotiate passthrough on ovl_fs->se (before the loop). Returns 0 or -ENOMEM. */
+/* Remembers the device and whether passthrough is wanted (before the loop). Returns 0. */
 int ovl_pt_setup(struct ovl_fs *fs);
 /* From the INIT handler: asks the kernel for passthrough in the reply being built. */
 void ovl_pt_init(struct fuse_conn_info *conn);
+/* After the INIT reply went out with @flags2 added: passthrough is on if it was among them. */
+void ovl_pt_init_sent(uint32_t flags2);
+/* True while the kernel accepts passthrough opens on this mount. */
+bool ovl_pt_enabled(void);
 /*
  * Chooses the io mode of a new open of node @n through @fd (the file the
  * handle reads and writes) and fills @fh->mode, ->backing_id and ->counted.
@@ -131,3 +148,46 @@ int ovl_pt_open(struct ovl_node *n, int fd, bool write, struct ovl_fh *fh);
 void ovl_pt_release(struct ovl_node *n, const struct ovl_fh *fh);
 /* fuse_reply_open() that also carries @fh's io mode and backing id. */
 int ovl_pt_reply_open(fuse_req_t req, const struct fuse_file_info *fi, const struct ovl_fh *fh);
+
+/* ---- FUSE over io_uring (fs/uring.c) */
+
+/*
+ * True if this kernel can serve FUSE over io_uring now (the fuse module's
+ * enable_uring is on and an io_uring can be made); else false with the
+ * reason in @why. Checked before mounting with uring=on.
+ */
+bool ovl_uring_available(char *why, size_t whylen);
+/*
+ * From the INIT handler, last: if the kernel offers io_uring and uring= is
+ * not off, starts one queue of threads per possible CPU (each pinned, with
+ * its ring and buffers) and asks for FUSE_OVER_IO_URING in the reply. On
+ * any failure nothing is asked for and requests stay on /dev/fuse.
+ */
+void ovl_uring_init(struct fuse_conn_info *conn);
+/* The FUSE_OVER_IO_URING bit of INIT flags2. */
+uint32_t ovl_uring_init_flags2(void);
+/* True if the queues' buffers hold every request and reply of a connection with these INIT limits. */
+bool ovl_uring_fits(uint32_t max_write, uint16_t max_pages);
+/* After the INIT reply went out with @flags2 added: the threads register their entries, or stop. */
+void ovl_uring_init_sent(uint32_t flags2);
+/*
+ * From the session's writev hook: if @iov is the reply to the request this
+ * thread is serving from a queue, stores it in the entry (the thread
+ * commits it) and returns true with its length in @ret; else false.
+ */
+bool ovl_uring_take_reply(struct iovec *iov, int count, ssize_t *ret);
+/*
+ * The entry's payload buffer when this thread serves a queue request and
+ * @size fits, for a handler that reads a reply body into it directly
+ * (fuse_reply_buf() with this pointer then copies nothing); else NULL.
+ */
+void *ovl_uring_reply_buf(size_t size);
+/* Stops and joins the queue threads (after the loop ended and the mount is gone). */
+void ovl_uring_stop(void);
+
+struct ovl_uring_info {
+	bool active;                 /* requests are served over the rings */
+	unsigned queues, threads_per_queue;
+	uint64_t served;             /* requests served over them so far */
+};
+void ovl_uring_info(struct ovl_uring_info *ret);

@@ -25,6 +25,13 @@
 #define OVL_WH_POOL 256
 #define OVL_REAP_MAX 1024
 
+/* How requests reach the daemon (uring=), see fs/uring.c. */
+enum ovl_uring {
+	OVL_URING_AUTO, /* io_uring when the kernel offers it, else /dev/fuse */
+	OVL_URING_ON,   /* io_uring; refuse to mount when the kernel cannot */
+	OVL_URING_OFF,  /* /dev/fuse only */
+};
+
 /* Which files the kernel reads and writes directly (passthrough=), see fs/passthrough.c. */
 enum ovl_passthrough {
 	OVL_PT_OFF,   /* none: every read and write comes to the daemon */
@@ -59,9 +66,10 @@ struct ovl_options {
 	bool default_permissions;
 	bool writeback;
 	uint8_t passthrough;  /* enum ovl_passthrough: kernel passthrough of file data (default all) */
+	uint8_t uring;        /* enum ovl_uring: request transport (default auto) */
 	bool fsync;           /* honour fsync requests (default true) */
 	bool read_only;
-	unsigned threads;     /* max worker threads */
+	unsigned threads;     /* max /dev/fuse worker threads; io_uring: spread over the queues, at least 2 each */
 	uint64_t quota_bytes, quota_inodes; /* 0 = unlimited */
 	char *fuse_opts;      /* generic mount options passed to libfuse (comma list) */
 };
@@ -486,3 +494,4 @@ int ovl_daemon_main(int argc, char **argv);
 /* The control-plane callbacks (struct ovl_live). */
 void ovl_live_quiesce(void *userdata, bool on);
 void ovl_live_changed(void *userdata, const char *path);
+void ovl_live_info(void *userdata, struct ovl_live_info *ret);

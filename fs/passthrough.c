@@ -3,8 +3,8 @@
  * FUSE passthrough (Linux >= 6.9): a regular file is opened with a backing
  * file, and the kernel then reads, writes and maps that file itself, with no
  * round trip to the daemon per read or write. libfuse 3.14 predates the
- * feature, so this file negotiates it: a custom I/O hook adds
- * FUSE_PASSTHROUGH and max_stack_depth to the INIT reply, backing files are
+ * feature, so this file negotiates it: the INIT reply gets FUSE_PASSTHROUGH
+ * and max_stack_depth added by the session's I/O hook (devio.c), backing files are
  * registered with the FUSE_DEV_IOC_BACKING_OPEN ioctl, and open replies
  * carrying the backing id are built here.
  *
@@ -42,7 +42,6 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -54,7 +53,6 @@
 #define PT_FUSE_PASSTHROUGH (1ULL << 37)
 #define PT_FOPEN_DIRECT_IO (1U << 0)
 #define PT_FOPEN_PASSTHROUGH (1U << 7)
-#define PT_INIT_EXT (1U << 30)
 #define PT_HANDLE_KILLPRIV_V2 (1U << 28)
 
 struct pt_backing_map {
@@ -64,12 +62,6 @@ struct pt_backing_map {
 };
 #define PT_DEV_IOC_BACKING_OPEN _IOW(229, 1, struct pt_backing_map)
 #define PT_DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
-
-/* fuse_init_out as of 7.40: flags at byte 12, flags2 at 32, max_stack_depth at 36. */
-#define PT_INIT_FLAGS_OFF 12
-#define PT_INIT_FLAGS2_OFF 32
-#define PT_INIT_DEPTH_OFF 36
-#define PT_INIT_OUT_SIZE 64
 
 struct pt_open_out {
 	uint64_t fh;
@@ -87,59 +79,13 @@ struct ovl_open {
 };
 
 static pthread_mutex_t pt_lock = PTHREAD_MUTEX_INITIALIZER;
-/* INIT reply flags to add, set by ovl_pt_init() on the thread that then sends the reply. */
-static __thread uint32_t init_add_flags, init_add_flags2;
 static bool pt_wanted;                 /* asked for in INIT */
 static atomic_bool pt_on;              /* the kernel accepted it (cleared on the first refusal) */
 static int pt_dev_fd = -1;
 
-static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
-{
-	return read(fd, buf, len);
-}
-
-static ssize_t pt_splice(int fdin, off_t *offin, int fdout, off_t *offout, size_t len, unsigned flags, void *userdata)
-{
-	return splice(fdin, offin, fdout, offout, len, flags);
-}
-
-static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
-{
-	if (_unlikely_(init_add_flags | init_add_flags2) && count >= 2 && iov[1].iov_len == PT_INIT_OUT_SIZE) {
-		unsigned char out[PT_INIT_OUT_SIZE];
-		struct iovec v[2] = { iov[0], { out, sizeof(out) } };
-		uint32_t flags, flags2, depth = 1;
-
-		memcpy(out, iov[1].iov_base, sizeof(out));
-		memcpy(&flags, out + PT_INIT_FLAGS_OFF, sizeof(flags));
-		flags |= init_add_flags;
-		memcpy(out + PT_INIT_FLAGS_OFF, &flags, sizeof(flags));
-		if (init_add_flags2 && (flags & PT_INIT_EXT)) {
-			memcpy(&flags2, out + PT_INIT_FLAGS2_OFF, sizeof(flags2));
-			flags2 |= init_add_flags2;
-			memcpy(out + PT_INIT_FLAGS2_OFF, &flags2, sizeof(flags2));
-			memcpy(out + PT_INIT_DEPTH_OFF, &depth, sizeof(depth));
-			atomic_store(&pt_on, true);
-		}
-		init_add_flags = init_add_flags2 = 0;
-		return writev(fd, v, 2);
-	}
-	return writev(fd, iov, count);
-}
-
 int ovl_pt_setup(struct ovl_fs *fs)
 {
-	static const struct fuse_custom_io io = {
-		.read = pt_read,
-		.writev = pt_writev,
-		.splice_receive = pt_splice,
-		.splice_send = pt_splice,
-	};
-	int fd = fuse_session_fd(fs->se);
-
-	if (fuse_session_custom_io(fs->se, &io, fd) != 0)
-		return -ENOMEM;
-	pt_dev_fd = fd;
+	pt_dev_fd = fuse_session_fd(fs->se);
 	pt_wanted = fs->opt->passthrough != OVL_PT_OFF && !fs->opt->writeback;
 	return 0;
 }
@@ -156,10 +102,21 @@ void ovl_pt_init(struct fuse_conn_info *conn)
 	 * (ops-entry.c setattr); it still clears them itself on chown.
 	 */
 	if (conn->proto_minor >= 33)
-		init_add_flags = PT_HANDLE_KILLPRIV_V2;
-	/* FUSE_PASSTHROUGH is protocol 7.40; older kernels never see the flag. */
+		ovl_devio_init_add(PT_HANDLE_KILLPRIV_V2, 0, 0);
+	/* FUSE_PASSTHROUGH is protocol 7.40; older kernels never see the flag. One stacking level. */
 	if (pt_wanted && conn->proto_minor >= 40)
-		init_add_flags2 = (uint32_t)(PT_FUSE_PASSTHROUGH >> 32);
+		ovl_devio_init_add(0, (uint32_t)(PT_FUSE_PASSTHROUGH >> 32), 1);
+}
+
+bool ovl_pt_enabled(void)
+{
+	return atomic_load(&pt_on);
+}
+
+void ovl_pt_init_sent(uint32_t flags2)
+{
+	if (flags2 & (uint32_t)(PT_FUSE_PASSTHROUGH >> 32))
+		atomic_store(&pt_on, true);
 }
 
 static int backing_open(int fd)
