@@ -5,6 +5,8 @@ The implementation under test is draftfs unless $DRAFTFS_IMPL says
 otherwise: "fuse-overlayfs" (to develop the harness while draftfs is not
 there yet) or "kernel" (kernel overlayfs against itself: a self-check of
 the harness, which must then find no difference at all).
+$DRAFTFS_TEST_OPTS, if set, is added to the options of every draftfs mount:
+meson runs some suites a second time with uring=off (see meson.build).
 Every mount made here is unmounted at teardown, with umount -l as the last
 resort, and FUSE daemons run in the foreground (-f) as our children, so a
 test can kill them and their stderr (ASan/UBSan reports) is checked: a
@@ -176,7 +178,9 @@ class Mount:
 
     def option_string(self):
         s = f"lowerdir={':'.join(self.lowers)},upperdir={self.upper},workdir={self.work}"
-        return s + ("," + self.opts if self.opts else "")
+        s += "," + self.opts if self.opts else ""
+        extra = os.environ.get("DRAFTFS_TEST_OPTS") if self.kind == "draftfs" else None
+        return s + ("," + extra if extra else "")
 
     def start(self):
         os.makedirs(self.path, exist_ok=True)

@@ -64,6 +64,22 @@ static void test_basic(void)
 	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,passthrough=0", "/m", NULL);
 	is_int(r, 0, "passthrough=0 parses: %s", err);
 	is_int(o.passthrough, OVL_PT_OFF, "passthrough=0 is off");
+	is_int(o.uring, OVL_URING_AUTO, "uring defaults to auto");
+	ovl_options_free(&o);
+
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,uring=off", "/m", NULL);
+	is_int(r, 0, "uring=off parses: %s", err);
+	is_int(o.uring, OVL_URING_OFF, "uring=off");
+	ovl_options_free(&o);
+
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,uring", "/m", NULL);
+	is_int(r, 0, "bare uring parses: %s", err);
+	is_int(o.uring, OVL_URING_ON, "bare uring is on");
+	ovl_options_free(&o);
+
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,uring=on,uring=auto", "/m", NULL);
+	is_int(r, 0, "uring=on,uring=auto parses: %s", err);
+	is_int(o.uring, OVL_URING_AUTO, "the last uring= wins");
 	ovl_options_free(&o);
 }
 
@@ -103,6 +119,11 @@ static void test_errors(void)
 	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,passthrough=some", "/m", NULL);
 	is_int(r, -EINVAL, "bad passthrough value rejected");
 	ok(strstr(err, "'some'") != NULL, "error quotes the value: %s", err);
+	ovl_options_free(&o);
+
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,uring=maybe", "/m", NULL);
+	is_int(r, -EINVAL, "bad uring value rejected");
+	ok(strstr(err, "invalid uring 'maybe'") != NULL, "error quotes the value: %s", err);
 	ovl_options_free(&o);
 
 	r = parse(&o, err, "-x", "-o", "lowerdir=/l,upperdir=/u,workdir=/w", "/m");
