@@ -7,6 +7,8 @@ ovl          kernel overlayfs, default options (the reference, ratio 1.0)
 fo-default   fuse-overlayfs from Debian, default options
 fo-fast      fuse-overlayfs with threaded=1,noacl,static_nlink,fsync=0
 draftfs      our FUSE overlay (fs/draftfs from the build dir)
+draftfs-devfuse  draftfs with uring=off (requests over /dev/fuse), only when
+             named in --impls: the A/B of the request transport
 
 FUSE daemons run in the foreground as our children, so their pid (for CPU
 time and RSS) is known and they never outlive the suite.
@@ -198,12 +200,14 @@ class FuseOverlayfs(FuseImpl):
 
 
 class Draftfs(FuseImpl):
-    name = "draftfs"
-    label = "draftfs"
+    """draftfs with its default options; with @opts (a -o list), a variant named @name for A/B runs."""
 
-    def __init__(self, build_dir):
+    def __init__(self, build_dir, name="draftfs", opts=None):
         self.binary = os.path.join(build_dir, "fs", "draftfs")
         self.build_dir = build_dir
+        self.name = name
+        self.opts = opts
+        self.label = "draftfs" + (" (%s)" % opts if opts else "")
 
     def available(self):
         if not os.access(self.binary, os.X_OK):
@@ -221,7 +225,10 @@ class Draftfs(FuseImpl):
         return None
 
     def argv(self, lower, upper, work, mnt):
-        return [self.binary, "-f", "-o", "lowerdir=%s,upperdir=%s,workdir=%s" % (lower, upper, work), mnt]
+        opts = "lowerdir=%s,upperdir=%s,workdir=%s" % (lower, upper, work)
+        if self.opts:
+            opts += "," + self.opts
+        return [self.binary, "-f", "-o", opts, mnt]
 
 
 def _dirs(scratch):

@@ -26,7 +26,13 @@ def machine():
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 30
     fs = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "-T", "/var/tmp"], stdout=subprocess.PIPE,
                         text=True).stdout.strip()
-    return "%d x %s, %d GiB RAM, kernel %s, scratch on %s" % (os.cpu_count(), cpu, mem, platform.release(), fs)
+    try:
+        with open("/sys/module/fuse/parameters/enable_uring") as f:
+            uring = "FUSE io_uring %s" % ("on" if f.read().strip() in ("Y", "1") else "off")
+    except OSError:
+        uring = "no FUSE io_uring"
+    return "%d x %s, %d GiB RAM, kernel %s (%s), scratch on %s" % (os.cpu_count(), cpu, mem, platform.release(),
+                                                                 uring, fs)
 
 
 def _med(xs):
@@ -151,24 +157,25 @@ def render_text(res, s):
     for i, why in res["unavailable"].items():
         out.append("%s: %s" % (i, why))
     w = max(14, max(len(r[0]) for r in rows) + 1) if rows else 14
-    hdr = "%-*s" % (w, "workload") + "".join("%12s" % i for i in impls)
+    cw = max([12] + [len(i) + 2 for i in impls])  # column width: the longest implementation name fits
+    hdr = "%-*s" % (w, "workload") + "".join("%*s" % (cw, i) for i in impls)
     out.append("")
     out.append("median seconds")
     out.append(hdr)
     for p, med, _ in rows:
-        out.append("%-*s" % (w, p) + "".join("%12s" % _f(x) for x in med))
+        out.append("%-*s" % (w, p) + "".join("%*s" % (cw, _f(x)) for x in med))
     out.append("")
     out.append("ratio to kernel overlayfs (median of per-repetition ratios)")
     out.append(hdr)
     for p, _, rat in rows:
-        out.append("%-*s" % (w, p) + "".join("%12s" % _f(x, "%.2fx") for x in rat))
-    out.append("%-*s" % (w, "geomean") + "".join("%12s" % _f(s["geomean"][i], "%.2fx") for i in impls))
+        out.append("%-*s" % (w, p) + "".join("%*s" % (cw, _f(x, "%.2fx")) for x in rat))
+    out.append("%-*s" % (w, "geomean") + "".join("%*s" % (cw, _f(s["geomean"][i], "%.2fx")) for i in impls))
     out.append("")
     out.append("FUSE daemon CPU seconds (median, user+sys of the daemon during the workload)")
     fi = [i for i in impls if i not in ("plain", "ovl")]
-    out.append("%-*s" % (w, "workload") + "".join("%12s" % i for i in fi))
+    out.append("%-*s" % (w, "workload") + "".join("%*s" % (cw, i) for i in fi))
     for wl, by in s["cpu"].items():
-        out.append("%-*s" % (w, wl) + "".join("%12s" % _f(by[i]) for i in fi))
+        out.append("%-*s" % (w, wl) + "".join("%*s" % (cw, _f(by[i])) for i in fi))
     out.extend(_session_lines(res))
     out.append("")
     out.append("targets (draftfs; informational)")
