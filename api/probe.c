@@ -3,11 +3,13 @@
  * What this host can do, for GET /capabilities and for refusing sessions
  * early: `draftbox-run --probe` (bwrap, seccomp, cgroups, privilege drop),
  * whether draftfs is installed and /dev/fuse opens, whether idmapped mounts
- * work (rw/ro sessions), and whether the control client was built in.
+ * work (rw/ro sessions), whether the control client was built in, and
+ * whether the fuse module serves FUSE over io_uring (draftfs then uses it).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -80,6 +82,12 @@ void api_probe(struct api_server *srv)
 	if (!c->draftfs_ok)
 		c->message = strdup(srv->cfg->draftfs ? "draftfs cannot run here (/dev/fuse or the binary)" : "draftfs is not installed");
 	c->idmap_rw = srv->cfg->idmap && api_idmap_supported();
+	{
+		_cleanup_fclose_ FILE *f = fopen("/sys/module/fuse/parameters/enable_uring", "re");
+		int ch = f ? fgetc(f) : EOF;
+
+		c->fuse_uring = ch == 'Y' || ch == '1';
+	}
 
 	if (!srv->cfg->launcher) {
 		free(c->message);
@@ -110,9 +118,10 @@ void api_probe(struct api_server *srv)
 		free(c->message);
 		c->message = probe_message(c->probe);
 	}
-	log_info("capabilities: isolation %s, draftfs %s, idmapped mounts %s, diff/commit %s",
+	log_info("capabilities: isolation %s, draftfs %s, idmapped mounts %s, diff/commit %s, FUSE io_uring %s",
 		 c->launcher_ok ? "full" : "unavailable", c->draftfs_ok ? "ok" : "unavailable",
-		 c->idmap_rw ? "ok" : "unavailable", c->ctl_available ? "built in" : "not built");
+		 c->idmap_rw ? "ok" : "unavailable", c->ctl_available ? "built in" : "not built",
+		 c->fuse_uring ? "on" : "off");
 }
 
 void api_caps_done(struct api_caps *c)

@@ -59,6 +59,7 @@ enum MHD_Result api_handle_capabilities(struct api_request *req)
 	    !cJSON_AddBoolToObject(o, "rw_supported", c->launcher_ok && c->idmap_rw) ||
 	    !cJSON_AddBoolToObject(o, "ro_supported", c->launcher_ok && c->draftfs_ok) ||
 	    !cJSON_AddBoolToObject(o, "quota_supported", c->draftfs_ok && c->quota_supported) ||
+	    !cJSON_AddBoolToObject(o, "fuse_uring", c->draftfs_ok && c->fuse_uring) ||
 	    !cJSON_AddBoolToObject(o, "network_allowed", req->srv->cfg->allow_network) ||
 	    !cJSON_AddStringToObject(o, "server_version", DRAFTBOX_VERSION))
 		return MHD_NO;
