@@ -175,11 +175,12 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 			(void)unlinkat(dir, at, 0);
 			fd = safe_close(fd);
 		}
+		/* The new file's node from what we know of it, not a second resolution across the layers. */
+		if (r >= 0)
+			r = ovl_new_node(p, name, c.pfd, false, &n, &st);
 	}
 	safe_close(c.pfd);
 	ovl_mutate_end();
-	if (r >= 0)
-		r = ovl_lookup_node(p, name, &n, &st);
 	if (r >= 0) {
 		r = new_fh(fd, false, fi);
 		/* A new node has no open files: never -ESTALE here, and a writable open is always cached. */
