@@ -42,9 +42,23 @@ static int open_flags(int flags)
 	return flags | O_CLOEXEC;
 }
 
+/*
+ * A write-only open in cached mode goes direct (FOPEN_DIRECT_IO): each
+ * write(2) is one WRITE (a cached write that starts inside a page the
+ * kernel does not hold is sent as two), the kernel does not ask for
+ * security.capability before the first write (the upper filesystem drops
+ * it when we write), and the data is not cached twice, by FUSE and by the
+ * upper. Nothing reads through such a file (mmap needs read access), and a
+ * direct write invalidates the pages other opens of the file cached. Not
+ * with the writeback cache, which must have the pages.
+ */
 static void set_fi_flags(struct fuse_file_info *fi)
 {
+	const struct ovl_fh *fh = (const struct ovl_fh *)(uintptr_t)fi->fh;
+
 	fi->keep_cache = 1;
+	if ((fi->flags & O_ACCMODE) == O_WRONLY && fh->mode == OVL_IO_CACHED && !ovl_fs->opt->writeback)
+		fi->direct_io = 1;
 }
 
 /* Closes and frees the handle of @fi (at release, or when the open reply failed). */

@@ -243,3 +243,53 @@ def test_quota_counts_writes_with_passthrough(fsenv, hold_reader):
         if ro >= 0:
             os.close(ro)
     assert os.stat(p).st_size <= 1024 * 1024 + 65536
+
+
+@pytest.mark.parametrize("start", ["lower", "new"])
+def test_write_only_fd_and_cached_readers(fsenv, start):
+    """Write-only opens write directly (docs/fs.md, Caching): what they write is what an fd opened for
+    reading and writing reads back (its cached pages are dropped), and what a shared mapping shows; an
+    O_APPEND writer lands at the end; sizes agree across the fds."""
+    fsutil.require_impl()
+    lower = fsenv.dir("lower")
+    if start == "lower":
+        with open(os.path.join(lower, "f"), "wb") as f:
+            f.write(b"a" * (3 * PAGE + 100))
+    m = fsenv.mount_impl([lower], name="impl")
+    p = os.path.join(m.path, "f")
+    if start == "new":
+        with open(p, "wb") as f:
+            f.write(b"a" * (3 * PAGE + 100))
+    model = bytearray(b"a" * (3 * PAGE + 100))
+    rw = os.open(p, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        assert os.pread(rw, len(model), 0) == bytes(model)  # pages now in the kernel's cache
+        mm = mmap.mmap(rw, len(model))
+        assert mm[PAGE:PAGE + 4] == b"aaaa"
+        wo = os.open(p, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            for off, data in ((10, b"first"), (PAGE - 3, b"across-a-page"), (2 * PAGE, b"X" * PAGE)):
+                assert os.pwrite(wo, data, off) == len(data)
+                model[off:off + len(data)] = data
+                assert os.pread(rw, len(model), 0) == bytes(model), f"stale read after a write at {off}"
+                assert mm[:] == bytes(model), f"stale mapping after a write at {off}"
+        finally:
+            os.close(wo)
+        mm.close()
+        ap = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        try:
+            os.write(ap, b"tail1")
+            os.write(ap, b"tail2")
+        finally:
+            os.close(ap)
+        model += b"tail1tail2"
+        assert os.fstat(rw).st_size == len(model)
+        assert os.pread(rw, len(model) + 10, 0) == bytes(model)
+    finally:
+        os.close(rw)
+    with open(p, "rb") as f:
+        assert f.read() == bytes(model)
+    m.stop()
+    if fsutil.IMPL != "kernel":
+        with open(os.path.join(m.upper, "f"), "rb") as f:
+            assert f.read() == bytes(model), "the upper file differs from what the mount showed"
