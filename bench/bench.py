@@ -150,7 +150,7 @@ def main():
     ap.add_argument("--reps", type=int, help="repetitions (default 3, quick 2)")
     ap.add_argument("--workloads", help="comma-separated subset of workloads")
     ap.add_argument("--impls", help="comma-separated subset of plain,ovl,fo-default,fo-fast,draftfs; "
-                    "draftfs-devfuse (uring=off) only when named")
+                    "the variants draftfs-devfuse (uring=off) and draftfs-nosync (fsync=0) only when named")
     ap.add_argument("--build-dir", default=os.environ.get("DRAFTBOX_BUILD_DIR") or os.path.join(REPO, "build"),
                     help="where fs/draftfs and launcher/draftbox-run are (a default, non-ASan build)")
     ap.add_argument("--cache-dir", default=os.path.join(HERE, "cache"))
@@ -198,8 +198,9 @@ def main():
                  impls.FuseOverlayfs(True), impls.Draftfs(args.build_dir)]
     if args.impls:
         want = args.impls.split(",")
-        if "draftfs-devfuse" in want:
-            all_impls.append(impls.Draftfs(args.build_dir, "draftfs-devfuse", "uring=off"))
+        for name, opts in impls.DRAFTFS_VARIANTS.items():
+            if name in want:
+                all_impls.append(impls.Draftfs(args.build_dir, name, opts))
         all_impls = [i for i in all_impls if i.name in want or i.name == "ovl"]
     active = []
     unavailable = {}

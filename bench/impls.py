@@ -7,8 +7,9 @@ ovl          kernel overlayfs, default options (the reference, ratio 1.0)
 fo-default   fuse-overlayfs from Debian, default options
 fo-fast      fuse-overlayfs with threaded=1,noacl,static_nlink,fsync=0
 draftfs      our FUSE overlay (fs/draftfs from the build dir)
-draftfs-devfuse  draftfs with uring=off (requests over /dev/fuse), only when
-             named in --impls: the A/B of the request transport
+Variants of draftfs, only when named in --impls (A/B runs):
+draftfs-devfuse  uring=off: requests over /dev/fuse, not the io_uring queues
+draftfs-nosync   fsync=0: copy-ups not synced (as fuse-overlayfs's fast options)
 
 FUSE daemons run in the foreground as our children, so their pid (for CPU
 time and RSS) is known and they never outlive the suite.
@@ -20,6 +21,7 @@ import subprocess
 import time
 
 FO_FAST_OPTS = "threaded=1,noacl,static_nlink,fsync=0"
+DRAFTFS_VARIANTS = {"draftfs-devfuse": "uring=off", "draftfs-nosync": "fsync=0"}
 
 
 def mounted(path):
