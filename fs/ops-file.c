@@ -241,9 +241,21 @@ static int read_fd(struct ovl_node *n, struct fuse_file_info *fi)
 void ovl_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+	int fd = read_fd(ovl_node_from_ino(ino), fi);
+	void *ring = ovl_uring_reply_buf(size);
 
+	if (ring) {
+		/* Over io_uring: read straight into the entry's reply buffer (no splice there, no bounce copy). */
+		ssize_t n = pread(fd, ring, size, off);
+
+		if (n < 0)
+			fuse_reply_err(req, errno);
+		else
+			fuse_reply_buf(req, ring, (size_t)n);
+		return;
+	}
 	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-	buf.buf[0].fd = read_fd(ovl_node_from_ino(ino), fi);
+	buf.buf[0].fd = fd;
 	buf.buf[0].pos = off;
 	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 }
