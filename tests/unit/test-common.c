@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * Unit tests for common/: path validation and symlink-free walks.
+ * Unit tests for common/: path validation and symlink-free walks, string
+ * vectors, SipHash-2-4.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +14,7 @@
 #include "fdpath.h"
 #include "json-util.h"
 #include "macro.h"
+#include "siphash.h"
 #include "strv.h"
 #include "tap.h"
 
@@ -146,8 +148,34 @@ static void test_strv(void)
 	ok(v[2] == NULL, "still NULL-terminated");
 }
 
+/* The reference vectors: key 00 01 .. 0f, message 00 01 .. len-1 (len 15 is the paper's worked example). */
+static void test_siphash(void)
+{
+	static const struct {
+		size_t len;
+		uint64_t want;
+	} v[] = {
+		{ 0, 0x726fdb47dd0e0e31ULL },
+		{ 1, 0x74f839c593dc67fdULL },
+		{ 7, 0xab0200f58b01d137ULL },
+		{ 8, 0x93f5f5799a932462ULL },
+		{ 15, 0xa129ca6149be45e5ULL },
+	};
+	uint64_t key[2] = { 0x0706050403020100ULL, 0x0f0e0d0c0b0a0908ULL };
+	unsigned char msg[64];
+
+	for (size_t i = 0; i < sizeof(msg); i++)
+		msg[i] = (unsigned char)i;
+	for (size_t i = 0; i < ARRAY_SIZE(v); i++)
+		ok(siphash24(key, msg, v[i].len) == v[i].want, "siphash24 of %zu bytes: %016llx", v[i].len,
+		   (unsigned long long)siphash24(key, msg, v[i].len));
+	key[0] ^= 1;
+	ok(siphash24(key, msg, 15) != 0xa129ca6149be45e5ULL, "another key, another hash");
+}
+
 int main(void)
 {
+	test_siphash();
 	test_strv();
 	test_utf8();
 	test_names();
