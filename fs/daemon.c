@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -284,6 +285,9 @@ static int setup_root(struct ovl_fs *fs)
 	struct ovl_node *root = &fs->root;
 	struct stat st;
 
+	if (getrandom(fs->dir_key, sizeof(fs->dir_key), 0) != (ssize_t)sizeof(fs->dir_key))
+		return errno ? -errno : -EIO;
+
 	pthread_rwlock_init(&root->lock, NULL);
 	root->type = S_IFDIR;
 	root->nlookup = 1;
@@ -318,6 +322,7 @@ static int setup_root(struct ovl_fs *fs)
 static void fs_free(struct ovl_fs *fs)
 {
 	ovl_table_free(fs);
+	ovl_listing_drop(&fs->root);
 	safe_close(fs->root.upper_fd);
 	safe_close(fs->root.lower_fd);
 	for (uint16_t i = 0; i < fs->root.n_extra; i++)

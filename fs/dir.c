@@ -4,9 +4,10 @@
  * stack; a name is shown once (the topmost), whiteouts hide the name in the
  * layers below and are never shown. d_ino matches st_ino: for upper
  * entries of an impure directory (one that holds copied-up entries) the
- * origin record is read. The listing is a snapshot taken at the first
- * readdir of an open dir (and again at rewind), like fuse-overlayfs and
- * kernel overlayfs' merge cache.
+ * origin record is read. A listing is a snapshot taken when a stream
+ * starts (and again at rewind), like fuse-overlayfs and kernel overlayfs'
+ * merge cache, shared by the readers of the directory (see "shared
+ * listings" below).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -18,6 +19,7 @@
 #include "fdpath.h"
 #include "macro.h"
 #include "ovl.h"
+#include "siphash.h"
 
 struct name_set {
 	size_t cap, n;
@@ -289,37 +291,169 @@ void ovl_dirents_free(struct ovl_dirent *e, size_t n)
 	free(e);
 }
 
-int ovl_dir_load(struct ovl_node *n, struct ovl_dir *d)
+/* ---------------------------------------------------------- shared listings */
+
+/*
+ * With no OPENDIR (the kernel's no-opendir mode) a READDIR carries no
+ * handle of ours, so readers of a directory share its node's listing.
+ * Entries are sorted by an offset derived from a keyed hash of the name
+ * (SipHash-2-4 under a per-mount secret: offsets are visible to sandboxed
+ * code, which must not be able to make names collide). A reader resumes
+ * after the offset of the last entry it got, whichever listing serves it
+ * next, so a rebuild between its READDIRs never makes it skip or repeat an
+ * entry that was there all along (POSIX leaves only added or removed
+ * names open). Offsets are unique in a listing: a collision moves the
+ * later name (by name order) up by one.
+ *
+ * A listing is built for a READDIR at offset 0 (a new stream, or a
+ * rewind) or when the node has none; it hangs off the node until a stream
+ * reads past its end, a new stream replaces it, or the node is freed, and
+ * is freed when the last READDIR using it is done. At most MAX_ATTACHED
+ * hang off nodes at once; beyond that a listing serves one READDIR only.
+ * Lock: listing_lock, a leaf, held for pointer work only.
+ */
+#define MAX_ATTACHED 1024
+/* Entry offsets: 1 and 2 are "." and ".."; names get [3, 2^62), with room above for collision bumps. */
+#define OFF_FIRST 3
+
+static pthread_mutex_t listing_lock = PTHREAD_MUTEX_INITIALIZER;
+static size_t n_attached;
+
+static int cmp_off(const void *a, const void *b)
 {
-	struct ovl_dirent *ents;
+	const struct ovl_dirent *x = a, *y = b;
+
+	if (x->off != y->off)
+		return x->off < y->off ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+static void listing_free(struct ovl_listing *l)
+{
+	if (!l)
+		return;
+	ovl_dirents_free(l->ents, l->n);
+	free(l);
+}
+
+static int listing_build(struct ovl_node *n, struct ovl_listing **ret)
+{
+	struct ovl_listing *l = calloc(1, sizeof(*l));
 	struct ovl_stack s;
-	size_t cnt;
 	int r;
 
+	if (!l)
+		return -ENOMEM;
 	r = ovl_node_rdlock_fresh(n);
-	if (r < 0)
+	if (r < 0) {
+		free(l);
 		return r;
+	}
 	ovl_node_stack(n, &s);
 	if (s.upper_fd < 0 && s.n == 0)
 		r = -ESTALE;
 	else
-		r = ovl_stack_list(&s, &ents, &cnt);
+		r = ovl_stack_list(&s, &l->ents, &l->n);
 	pthread_rwlock_unlock(&n->lock);
-	if (r < 0)
+	if (r < 0) {
+		free(l);
 		return r;
-	ovl_dirents_free(d->ents, d->n);
-	d->ents = ents;
-	d->n = cnt;
-	d->loaded = true;
+	}
+	for (size_t i = 0; i < l->n; i++) {
+		uint64_t h = siphash24(ovl_fs->dir_key, l->ents[i].name, strlen(l->ents[i].name));
+
+		l->ents[i].off = OFF_FIRST + (h >> 2);
+	}
+	if (l->n > 1) /* an empty dir has no array at all */
+		qsort(l->ents, l->n, sizeof(*l->ents), cmp_off);
+	for (size_t i = 1; i < l->n; i++)
+		if (l->ents[i].off <= l->ents[i - 1].off)
+			l->ents[i].off = l->ents[i - 1].off + 1;
+	*ret = l;
 	return 0;
 }
 
-void ovl_dir_free(struct ovl_dir *d)
+/* Detaches the listing of @n, if any; returns it when that dropped its last reference. listing_lock held. */
+static struct ovl_listing *detach_locked(struct ovl_node *n)
 {
-	ovl_dirents_free(d->ents, d->n);
-	d->ents = NULL;
-	d->n = 0;
-	d->loaded = false;
+	struct ovl_listing *l = n->listing;
+
+	if (!l)
+		return NULL;
+	n->listing = NULL;
+	n_attached--;
+	return --l->refs == 0 ? l : NULL;
+}
+
+int ovl_listing_get(struct ovl_node *n, off_t off, struct ovl_listing **ret)
+{
+	struct ovl_listing *l = NULL, *old = NULL;
+	int r;
+
+	if (off > 0) {
+		pthread_mutex_lock(&listing_lock);
+		l = n->listing;
+		if (l)
+			l->refs++;
+		pthread_mutex_unlock(&listing_lock);
+		if (l) {
+			*ret = l;
+			return 0;
+		}
+	}
+	r = listing_build(n, &l);
+	if (r < 0)
+		return r;
+	l->refs = 1;
+	pthread_mutex_lock(&listing_lock);
+	old = detach_locked(n);
+	if (n_attached < MAX_ATTACHED) {
+		n->listing = l;
+		l->refs++;
+		n_attached++;
+	}
+	pthread_mutex_unlock(&listing_lock);
+	listing_free(old);
+	*ret = l;
+	return 0;
+}
+
+size_t ovl_listing_seek(const struct ovl_listing *l, off_t off)
+{
+	size_t lo = 0, hi = l->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if ((off_t)l->ents[mid].off <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+void ovl_listing_put(struct ovl_node *n, struct ovl_listing *l, bool at_end)
+{
+	bool last;
+
+	pthread_mutex_lock(&listing_lock);
+	if (at_end && n->listing == l)
+		(void)detach_locked(n); /* a stream read it all: the next one starts afresh; our reference keeps it */
+	last = --l->refs == 0;
+	pthread_mutex_unlock(&listing_lock);
+	if (last)
+		listing_free(l);
+}
+
+void ovl_listing_drop(struct ovl_node *n)
+{
+	struct ovl_listing *gone;
+
+	pthread_mutex_lock(&listing_lock);
+	gone = detach_locked(n);
+	pthread_mutex_unlock(&listing_lock);
+	listing_free(gone);
 }
 
 int ovl_stack_is_empty(const struct ovl_stack *s)

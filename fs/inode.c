@@ -297,6 +297,8 @@ void ovl_node_drop_state(struct ovl_node *n)
 static void node_free(struct ovl_node *n)
 {
 	close_state(n);
+	if (n->type == S_IFDIR)
+		ovl_listing_drop(n);
 	free(n->handle);
 	pthread_rwlock_destroy(&n->lock);
 	free(n->name);

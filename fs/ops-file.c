@@ -361,37 +361,28 @@ static int dir_check(struct ovl_node *n)
 
 void ovl_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct ovl_dir *d = calloc(1, sizeof(*d));
 	int r;
 
 	ovl_node_maybe_evict();
-	if (!d) {
-		fuse_reply_err(req, ENOMEM);
+	if (ovl_fs->no_opendir) {
+		/*
+		 * Zero-message opendir: the kernel takes ENOSYS as "no OPENDIR or
+		 * RELEASEDIR ever again" and caches listings itself (keep_cache,
+		 * cache_readdir); readers then share the node's listing (fs/dir.c).
+		 */
+		fuse_reply_err(req, ENOSYS);
 		return;
 	}
-	pthread_mutex_init(&d->lock, NULL);
-	/*
-	 * The listing itself is read by the first readdir at offset 0: the
-	 * kernel sends OPENDIR even when it serves the entries from its
-	 * cache (cache_readdir below), so a load here would be wasted then,
-	 * and read twice otherwise. Only check that the dir is reachable.
-	 */
 	r = dir_check(ovl_node_from_ino(ino));
 	if (r < 0) {
-		pthread_mutex_destroy(&d->lock);
-		free(d);
 		fuse_reply_err(req, -r);
 		return;
 	}
-	fi->fh = (uint64_t)(uintptr_t)d;
+	fi->fh = 0; /* the listing hangs off the node, as without OPENDIR */
 	/* The kernel may keep the listing: every change through us invalidates it, live.changed() too. */
 	fi->cache_readdir = 1;
 	fi->keep_cache = 1;
-	if (fuse_reply_open(req, fi) != 0) {
-		ovl_dir_free(d);
-		pthread_mutex_destroy(&d->lock);
-		free(d);
-	}
+	fuse_reply_open(req, fi);
 }
 
 static ino_t parent_ino(struct ovl_node *n)
@@ -404,99 +395,102 @@ static ino_t parent_ino(struct ovl_node *n)
 	return ino;
 }
 
-static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi, bool plus)
+/* Adds "." or ".." (offsets 1 and 2) to the reply. Returns false when it does not fit. */
+static bool add_dot(fuse_req_t req, struct ovl_node *n, char *buf, size_t size, size_t *pos, bool dotdot, bool plus)
 {
-	struct ovl_dir *d = (struct ovl_dir *)(uintptr_t)fi->fh;
+	struct stat st = { .st_ino = dotdot ? parent_ino(n) : n->ino, .st_mode = S_IFDIR };
+	const char *name = dotdot ? ".." : ".";
+	off_t next = dotdot ? 2 : 1;
+	size_t need;
+
+	if (plus) {
+		struct fuse_entry_param e = { .attr = st };
+
+		need = fuse_add_direntry_plus(req, buf + *pos, size - *pos, name, &e, next);
+	} else {
+		need = fuse_add_direntry(req, buf + *pos, size - *pos, name, &st, next);
+	}
+	if (need > size - *pos)
+		return false;
+	*pos += need;
+	return true;
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus)
+{
 	struct ovl_node *n = ovl_node_from_ino(ino);
 	_cleanup_free_ char *buf = NULL;
-	size_t pos = 0;
-	int r = 0;
+	struct ovl_listing *l;
+	size_t pos = 0, i;
+	bool full = false;
+	int r;
 
 	buf = malloc(size);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	pthread_mutex_lock(&d->lock);
-	if (off == 0 || !d->loaded)
-		r = ovl_dir_load(n, d);
+	r = ovl_listing_get(n, off, &l);
 	if (r < 0) {
-		pthread_mutex_unlock(&d->lock);
 		fuse_reply_err(req, -r);
 		return;
 	}
-	for (size_t i = (size_t)off; i < d->n + 2; i++) {
-		const char *name;
-		struct stat st = { 0 };
+	if (off < 1)
+		full = !add_dot(req, n, buf, size, &pos, false, plus);
+	if (!full && off < 2)
+		full = !add_dot(req, n, buf, size, &pos, true, plus);
+	for (i = ovl_listing_seek(l, off); !full && i < l->n; i++) {
+		const struct ovl_dirent *d = &l->ents[i];
+		struct stat st = { .st_ino = d->ino, .st_mode = (mode_t)DTTOIF(d->type) };
+		struct fuse_entry_param e;
+		struct ovl_node *c;
+		struct stat cst;
 		size_t need;
 
-		if (i < 2) {
-			name = i == 0 ? "." : "..";
-			st.st_ino = i == 0 ? n->ino : parent_ino(n);
-			st.st_mode = S_IFDIR;
-		} else {
-			name = d->ents[i - 2].name;
-			st.st_ino = d->ents[i - 2].ino;
-			st.st_mode = (mode_t)DTTOIF(d->ents[i - 2].type);
-		}
 		if (!plus) {
-			need = fuse_add_direntry(req, buf + pos, size - pos, name, &st, (off_t)i + 1);
-			if (need > size - pos)
-				break;
-			pos += need;
+			need = fuse_add_direntry(req, buf + pos, size - pos, d->name, &st, (off_t)d->off);
+			full = need > size - pos;
+			if (!full)
+				pos += need;
 			continue;
 		}
-		need = fuse_add_direntry_plus(req, NULL, 0, name, NULL, 0);
-		if (need > size - pos)
+		need = fuse_add_direntry_plus(req, NULL, 0, d->name, NULL, 0);
+		full = need > size - pos;
+		if (full)
 			break;
-		if (i < 2) {
-			struct fuse_entry_param e = { .attr = st };
-
-			pos += fuse_add_direntry_plus(req, buf + pos, size - pos, name, &e, (off_t)i + 1);
-		} else {
-			struct fuse_entry_param e;
-			struct ovl_node *c;
-			struct stat cst;
-
-			r = ovl_lookup_node(n, name, &c, &cst);
-			if (r < 0) {
-				if (r == -ENOENT || r == -ESTALE) {
-					r = 0;
-					continue; /* vanished since opendir */
-				}
-				break;
+		r = ovl_lookup_node(n, d->name, &c, &cst);
+		if (r < 0) {
+			if (r == -ENOENT || r == -ESTALE) {
+				r = 0;
+				continue; /* gone since the listing was made */
 			}
-			ovl_fill_entry(&e, c, &cst);
-			pos += fuse_add_direntry_plus(req, buf + pos, size - pos, name, &e, (off_t)i + 1);
-			ovl_node_maybe_evict(); /* one listing can hand out hundreds of nodes */
+			break;
 		}
+		ovl_fill_entry(&e, c, &cst);
+		pos += fuse_add_direntry_plus(req, buf + pos, size - pos, d->name, &e, (off_t)d->off);
+		ovl_node_maybe_evict(); /* one listing can hand out hundreds of nodes */
 	}
-	pthread_mutex_unlock(&d->lock);
+	/* Nothing left for this READDIR: the stream is at its end, the next one starts afresh. */
+	ovl_listing_put(n, l, pos == 0 && r == 0 && !full);
 	if (r < 0 && pos == 0)
 		fuse_reply_err(req, -r);
 	else
 		fuse_reply_buf(req, buf, pos);
-
 }
 
 void ovl_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
-	do_readdir(req, ino, size, off, fi, false);
+	do_readdir(req, ino, size, off, false);
 }
 
 void ovl_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
-	do_readdir(req, ino, size, off, fi, true);
+	do_readdir(req, ino, size, off, true);
 }
 
 void ovl_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct ovl_dir *d = (struct ovl_dir *)(uintptr_t)fi->fh;
-
-	ovl_dir_free(d);
-	pthread_mutex_destroy(&d->lock);
-	free(d);
-	fuse_reply_err(req, 0);
+	fuse_reply_err(req, 0); /* nothing per open: the listing hangs off the node */
 }
 
 void ovl_op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
@@ -564,6 +558,8 @@ void ovl_op_init(void *userdata, struct fuse_conn_info *conn)
 	/* readdirplus for every batch, not only the first: a stat walk then costs no LOOKUP per entry */
 	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 	conn->want &= ~(FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS); /* the kernel keeps locks locally */
+	/* Zero-message opendir (ovl_op_opendir): no OPENDIR and RELEASEDIR round trips per directory read. */
+	ovl_fs->no_opendir = (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
 	conn->max_write = 1024 * 1024;
 	conn->max_readahead = 1024 * 1024;
 	conn->max_background = 64;

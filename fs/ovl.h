@@ -149,7 +149,10 @@ struct ovl_node {
 	atomic_bool stale;          /* fds must be re-resolved before use (a lazy or evicted node has none) */
 	struct ovl_lower *extra;
 	struct file_handle *handle; /* evicted non-dirs: the top object, to re-open it once its name is gone (copyup_lock) */
-	struct ovl_open *open;      /* passthrough.c's lock: open-file state, NULL while no file is open */
+	union {
+		struct ovl_open *open;       /* regular files, passthrough.c's lock: open-file state, NULL while none is open */
+		struct ovl_listing *listing; /* dirs, dir.c's listing_lock: the listing readers share, or NULL */
+	};
 };
 
 /* The result of resolving one name in a directory across the layers. Owns its fds. */
@@ -187,6 +190,8 @@ struct ovl_fs {
 	struct ovl_node root;
 	struct fuse_session *se;
 	double timeout;
+	bool no_opendir;       /* the kernel sends no OPENDIR/RELEASEDIR (we answered the first with ENOSYS) */
+	uint64_t dir_key[2];   /* per-mount secret of the directory offsets (fs/dir.c) */
 
 	pthread_mutex_t table_lock;
 	struct ovl_node **id_tab, **name_tab;
@@ -450,14 +455,15 @@ int ovl_work_clean(int workwork_fd);
 struct ovl_dirent {
 	char *name;
 	ino_t ino;
+	uint64_t off;       /* in a listing: the entry's readdir offset */
 	unsigned char type; /* DT_* */
 };
 
-struct ovl_dir {
-	pthread_mutex_t lock;
-	struct ovl_dirent *ents;
+/* A merged directory listing shared by the readers of one directory node (fs/dir.c). */
+struct ovl_listing {
+	uint32_t refs;             /* listing_lock: readers, and one while it hangs off its node */
 	size_t n;
-	bool loaded;
+	struct ovl_dirent *ents;   /* sorted by off, each off unique and >= 3 */
 };
 
 /* Lists the merged directory of @s (no "." / ".."). Returns 0 and a new array (free with ovl_dirents_free), or -errno. */
@@ -466,10 +472,19 @@ void ovl_dirents_free(struct ovl_dirent *e, size_t n);
 /* Returns 1 if the merged directory of @s has no visible entry, 0 if it has, or -errno. */
 int ovl_stack_is_empty(const struct ovl_stack *s);
 
-/* Reads the merged listing of directory node @n into @d (without "." and ".."). Returns 0 or -errno. */
-int ovl_dir_load(struct ovl_node *n, struct ovl_dir *d);
-/* Frees the listing. */
-void ovl_dir_free(struct ovl_dir *d);
+/*
+ * The listing of directory node @n (without "." and "..") to serve a
+ * READDIR at @off, with a reference: the node's listing when @off > 0 and
+ * it has one, else a new one, which then replaces the node's. Returns 0
+ * and *ret, or -errno. Release with ovl_listing_put().
+ */
+int ovl_listing_get(struct ovl_node *n, off_t off, struct ovl_listing **ret);
+/* Index of the first entry of @l past offset @off. */
+size_t ovl_listing_seek(const struct ovl_listing *l, off_t off);
+/* Drops the reference of ovl_listing_get(); @at_end: the READDIR found nothing left, @n lets the listing go. */
+void ovl_listing_put(struct ovl_node *n, struct ovl_listing *l, bool at_end);
+/* Lets go of @n's listing (the node is being freed). */
+void ovl_listing_drop(struct ovl_node *n);
 
 /* ------------------------------------------------------------------ ops */
 
