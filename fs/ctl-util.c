@@ -213,6 +213,23 @@ ssize_t ovl_get_xattr_at(int dir_fd, const char *entry, const char *name, char *
 	ssize_t n;
 
 	proc_entry_path(p, sizeof(p), dir_fd, entry);
+	{
+		/* Most values (origin records above all) are short: one read, no size probe first. */
+		char small[512];
+
+		n = lgetxattr(p, name, small, sizeof(small));
+		if (n >= 0) {
+			buf = malloc((size_t)n + 1);
+			if (!buf)
+				return -ENOMEM;
+			memcpy(buf, small, (size_t)n);
+			buf[n] = '\0';
+			*ret = TAKE_PTR(buf);
+			return n;
+		}
+		if (errno != ERANGE)
+			return errno == ENOTSUP ? -ENODATA : -errno;
+	}
 	for (int tries = 0; tries < 4; tries++) {
 		n = lgetxattr(p, name, NULL, 0);
 		if (n < 0)
