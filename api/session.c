@@ -701,8 +701,13 @@ static bool view_dead(int fd)
 {
 	struct statfs sf;
 
-	/* ENOTCONN once the daemon's /dev/fuse is closed; ECONNABORTED after an abort. */
-	return fstatfs(fd, &sf) < 0 && (errno == ENOTCONN || errno == ECONNABORTED);
+	/*
+	 * ENOTCONN once the daemon's /dev/fuse is closed; ECONNABORTED after an
+	 * abort. Over FUSE io_uring the kernel tears a dead daemon's queues down
+	 * after the process is gone, and a request caught in that fails with
+	 * ECONNABORTED or ECANCELED (docs/fs.md, Request transport).
+	 */
+	return fstatfs(fd, &sf) < 0 && (errno == ENOTCONN || errno == ECONNABORTED || errno == ECANCELED);
 }
 
 void api_session_revive(struct api_session *s)

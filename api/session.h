@@ -113,7 +113,7 @@ void api_sessions_upper_usage(struct api_server *srv, uint64_t *ret_bytes, uint6
 int api_session_op_begin(struct api_session *s);
 
 /*
- * If the session's draftfs has died (the view says ENOTCONN), unmounts it
+ * If the session's draftfs has died (the view says ENOTCONN, ECONNABORTED or ECANCELED), unmounts it
  * and mounts a new one over the same upper, so the session goes on with
  * every change it had. Logs what it did; a failure leaves the view dead
  * (requests then fail with their own errors).
