@@ -762,6 +762,40 @@ static int stage_entry(struct commit *cm, const struct ovl_change *e)
 	return 0;
 }
 
+/*
+ * Moves the directory staged as @tmp (the target had no directory at
+ * @name when the changes were read: a new one, or one replacing a
+ * non-directory) into place at @name in @dfd, whatever is there now: the
+ * rename replaces nothing or an empty directory; a non-directory is
+ * removed first. A directory with entries that appeared since the changes
+ * were read is not merged into: the commit fails there (-ENOTEMPTY) with
+ * the journal, the staged directory and the upper intact. Returns 0 or
+ * -errno.
+ */
+static int place_staged_dir(struct commit *cm, int dfd, const char *tmp, const char *name)
+{
+	int fd = fcntl(dfd, F_DUPFD_CLOEXEC, 3), r = -EAGAIN;
+
+	if (fd < 0)
+		return -errno;
+	cache_drop(cm);
+	/* A few rounds: whatever stands at @name can change between our calls. */
+	for (int round = 0; round < 4 && r == -EAGAIN; round++) {
+		if (renameat(fd, tmp, fd, name) == 0) {
+			r = 0;
+		} else if (errno == ENOTDIR) {
+			/* a non-directory at @name: it goes, then the staged directory comes */
+			if (unlinkat(fd, name, 0) < 0 && errno != ENOENT && errno != EISDIR)
+				r = -errno;
+			ovl_fault_point("unlink-for-dir");
+		} else {
+			r = errno == EEXIST ? -ENOTEMPTY : -errno;
+		}
+	}
+	safe_close(fd);
+	return r == -EAGAIN ? -EBUSY : r;
+}
+
 /* Applies change @e in the target: deletion or rename of the staged temp. */
 /* Remembers the cached target dir as the directory of staged change @i. Best effort. */
 static void hold_dir(struct commit *cm, size_t i)
@@ -830,18 +864,8 @@ static int apply_entry(struct commit *cm, const struct ovl_change *e, size_t idx
 	}
 	if (e->new_type == OVL_FT_DIR) {
 		tmp_name(tmp, e->path);
-		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode) &&
-		    fstatat(dfd, tmp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
-			/* non-dir -> dir: the old entry goes, the staged directory comes */
-			dfd = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
-			if (dfd < 0)
-				return -errno;
-			cache_drop(cm);
-			r = unlinkat(dfd, name, 0) < 0 ? -errno : 0;
-			ovl_fault_point("unlink-for-dir");
-			if (r >= 0 && renameat(dfd, tmp, dfd, name) < 0)
-				r = -errno;
-			safe_close(dfd);
+		if (fstatat(dfd, tmp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+			r = place_staged_dir(cm, dfd, tmp, name);
 			if (r < 0)
 				return r;
 			for (size_t i = 0; i < cm->n_remap; i++)

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 """draftfs commit and discard, offline on kernel-written uppers: the result,
 selections, base layers, conflicts, refusals, ownership, hard links, bad
-input, and a symlink-swap race on the workspace."""
+input, a symlink-swap race on the workspace, and a staged directory meeting
+a workspace that changed between staging and the renames."""
 import json
 import os
 import shutil
@@ -434,3 +435,96 @@ def test_xattr_refusal_rolls_back_new_dirs(session):
     session.run("commit", "--allow", "xattrs")
     assert os.getxattr(os.path.join(session.lower, "nd/sub/f1"), "security.evil") == b"1"
     assert os.stat(os.path.join(session.lower, "existing")).st_mode & 0o777 == 0o700
+
+
+def _dir_over_file():
+    """A session whose upper turns the workspace file 'sub' into a directory with two files."""
+    s = Session()
+    with open(os.path.join(s.lower, "sub"), "w") as f:
+        f.write("a file\n")
+
+    def ed(m):
+        os.unlink(os.path.join(m, "sub"))
+        os.makedirs(os.path.join(m, "sub"))
+        for name in ("a", "b"):
+            with open(os.path.join(m, "sub", name), "w") as f:
+                f.write("new %s\n" % name)
+    s.change(ed)
+    return s
+
+
+def _commit_paused_at_staged(s, meanwhile):
+    """Runs a commit that pauses once staged; calls meanwhile() while it waits; returns the finished process."""
+    import subprocess
+    import time
+    from ctlutil import draftfs_bin
+    probe = _dir_over_file()
+    try:
+        step = None
+        p = probe.run("commit", env={"DRAFTFS_FAULT": "count"})
+        for line in p.stderr.splitlines():
+            f = line.split()
+            if line.startswith("draftfs-fault: step") and f[3] == "staged":
+                step = int(f[2])
+    finally:
+        probe.close()
+    assert step, "no 'staged' fault point in a commit"
+    env = dict(os.environ, DRAFTFS_FAULT="pause:%d:1500" % step)
+    p = subprocess.Popen([draftfs_bin(), "commit"] + s.args(), env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    deadline = time.time() + 10
+    while not [n for n in os.listdir(s.lower) if n.startswith(".#draftfs.")]:
+        assert time.time() < deadline and p.poll() is None, "the commit never staged the directory"
+        time.sleep(0.01)
+    time.sleep(0.2)  # inside the pause: everything is staged, nothing renamed yet
+    meanwhile()
+    out, err = p.communicate(timeout=60)
+    return p.returncode, out.decode(), err.decode()
+
+
+def test_staged_dir_lands_whatever_took_the_name():
+    """A file that becomes a directory is staged under a temp name; if the workspace name is gone or an
+    empty directory by the time the commit renames, the staged directory still takes its place: nothing
+    is left stranded under a temp name while the upper is pruned."""
+    for replace in ("empty dir", "nothing"):
+        s = _dir_over_file()
+        try:
+            def meanwhile():
+                os.unlink(os.path.join(s.lower, "sub"))
+                if replace == "empty dir":
+                    os.mkdir(os.path.join(s.lower, "sub"))
+            rc, out, err = _commit_paused_at_staged(s, meanwhile)
+            assert rc == 0, (replace, err)
+            for name in ("a", "b"):
+                with open(os.path.join(s.lower, "sub", name)) as f:
+                    assert f.read() == "new %s\n" % name, replace
+            assert not [n for n in os.listdir(s.lower) if n.startswith(".#draftfs.")], replace
+            assert s.changes() == {}, replace
+        finally:
+            s.close()
+
+
+def test_staged_dir_never_merges_into_a_foreign_dir():
+    """If a directory with entries took the name meanwhile, the commit stops there with its journal: the
+    foreign directory is untouched, the change is still in the upper, and once the name is free again
+    'draftfs recover' finishes the commit."""
+    s = _dir_over_file()
+    try:
+        def meanwhile():
+            os.unlink(os.path.join(s.lower, "sub"))
+            os.mkdir(os.path.join(s.lower, "sub"))
+            with open(os.path.join(s.lower, "sub", "foreign"), "w") as f:
+                f.write("not ours\n")
+        rc, out, err = _commit_paused_at_staged(s, meanwhile)
+        assert rc != 0 and "sub" in err, (rc, err)
+        assert sorted(os.listdir(os.path.join(s.lower, "sub"))) == ["foreign"]
+        assert json.loads(s.run("status").stdout)["journal"] == "pending"
+        shutil.rmtree(os.path.join(s.lower, "sub"))
+        s.run("recover")
+        for name in ("a", "b"):
+            with open(os.path.join(s.lower, "sub", name)) as f:
+                assert f.read() == "new %s\n" % name
+        assert not [n for n in os.listdir(s.lower) if n.startswith(".#draftfs.")]
+        assert s.changes() == {}
+    finally:
+        s.close()

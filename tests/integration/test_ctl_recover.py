@@ -59,7 +59,6 @@ def check_each_file(got, old, new):
     for path in set(old) & set(new):
         if old[path][0] != "dir" and new[path][0] != "dir":
             assert path in got, "lost %s" % path
-    assert not [p for p in got if ".#draftfs." in p and not p.endswith("/") and got[p][0] != "dir"] or True
 
 
 def count_steps():
