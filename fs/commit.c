@@ -39,6 +39,7 @@
 #include "diff.h"
 #include "fdpath.h"
 #include "journal.h"
+#include "prefetch.h"
 #include "json-util.h"
 #include "registry.h"
 
@@ -1115,6 +1116,7 @@ static int prune_dir(struct commit *cm, const char *dirpath, int ufd, bool prote
 static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 {
 	const struct ovl_layers *l = cm->env->layers;
+	struct ovl_prefetch *prefetch;
 	_cleanup_close_ int uroot = -1;
 	size_t i;
 	int r;
@@ -1137,16 +1139,21 @@ static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 			return ovl_ctl_error(ret_error, r, "io", NULL, "cannot write the commit journal");
 	}
 	ovl_fault_point("journal");
+	prefetch = ovl_prefetch_start(l->upper_fd, cm->changes);
 	for (i = 0; i < cm->changes->n; i++) {
 		const struct ovl_change *e = &cm->changes->v[i];
 
+		ovl_prefetch_progress(prefetch, i);
 		if (e->new_type == OVL_FT_NONE)
 			continue;
 		r = stage_entry(cm, e);
-		if (r < 0)
+		if (r < 0) {
+			ovl_prefetch_stop(prefetch);
 			goto fail_staging;
+		}
 		hold_dir(cm, i);
 	}
+	ovl_prefetch_stop(prefetch);
 	if (cm->refused) {
 		/* found while staging (xattrs are read once, there): undo like a failure */
 		i = cm->changes->n - 1;
