@@ -25,6 +25,7 @@
 
 #include "fdpath.h"
 #include "layertar.h"
+#include "prefetch.h"
 
 struct tarw {
 	const struct ovl_ctl_env *env;
@@ -358,6 +359,7 @@ static int write_subtree(struct tarw *t, int dir_fd, const char *dirpath, unsign
 int ovl_layertar_write(const struct ovl_ctl_env *env, const struct ovl_changes *c, int fd)
 {
 	static const char zero[1024];
+	_cleanup_(ovl_prefetch_stopp) struct ovl_prefetch *prefetch = NULL;
 	struct tarw *t;
 	const char *covered = NULL; /* a whiteout'd or opaque-written dir: skip what is below */
 	int r = 0;
@@ -368,12 +370,14 @@ int ovl_layertar_write(const struct ovl_ctl_env *env, const struct ovl_changes *
 	t->env = env;
 	t->fd = fd;
 	t->tmp_dir_fd = env->layers->work_fd >= 0 ? env->layers->work_fd : env->layers->state_fd;
+	prefetch = ovl_prefetch_start(env->layers->upper_fd, c);
 	for (size_t i = 0; i < c->n && r >= 0; i++) {
 		const struct ovl_change *e = &c->v[i];
 		_cleanup_close_ int pfd = -1;
 		const char *name;
 		struct stat st;
 
+		ovl_prefetch_progress(prefetch, i);
 		if (covered && ovl_path_has_prefix(e->path, covered) && strcmp(e->path, covered) != 0)
 			continue;
 		covered = NULL;

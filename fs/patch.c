@@ -22,6 +22,7 @@
 
 #include "fdpath.h"
 #include "patch.h"
+#include "prefetch.h"
 
 #define PATCH_MAX_FILE ((size_t)1 << 31)
 
@@ -133,6 +134,7 @@ int ovl_patch_write(const struct ovl_ctl_env *env, const struct ovl_changes *c, 
 	_cleanup_(git_index_freep) git_index *old_idx = NULL, *new_idx = NULL;
 	_cleanup_(git_tree_freep) git_tree *old_tree = NULL, *new_tree = NULL;
 	_cleanup_(git_diff_freep) git_diff *diff = NULL;
+	_cleanup_(ovl_prefetch_stopp) struct ovl_prefetch *prefetch = NULL;
 	git_diff_options opts = GIT_DIFF_OPTIONS_INIT;
 	git_odb_backend *mempack = NULL;
 	struct out o = { .fd = fd };
@@ -151,11 +153,13 @@ int ovl_patch_write(const struct ovl_ctl_env *env, const struct ovl_changes *c, 
 	if (git_index_new(&old_idx) < 0 || git_index_new(&new_idx) < 0)
 		return -ENOMEM;
 
+	prefetch = ovl_prefetch_start(env->layers->upper_fd, c);
 	for (size_t i = 0; i < c->n; i++) {
 		const struct ovl_change *e = &c->v[i];
 		bool old_ok = e->old_type == OVL_FT_FILE || e->old_type == OVL_FT_SYMLINK;
 		bool new_ok = e->new_type == OVL_FT_FILE || e->new_type == OVL_FT_SYMLINK;
 
+		ovl_prefetch_progress(prefetch, i);
 		if (e->old_type == OVL_FT_DIR && e->new_type == OVL_FT_DIR)
 			continue; /* git has no directories */
 		if (!path_is_gittable(e->path) || (e->old_type == OVL_FT_OTHER) || (e->new_type == OVL_FT_OTHER)) {

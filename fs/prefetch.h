@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * Read-ahead of the upper files a commit is about to stage (fs/prefetch.c).
+ * Read-ahead of the upper files that commit, the patch and the layer tar
+ * are about to read, in change order (fs/prefetch.c).
  */
 #pragma once
 
@@ -21,3 +22,7 @@ struct ovl_prefetch *ovl_prefetch_start(int upper_fd, const struct ovl_changes *
 void ovl_prefetch_progress(struct ovl_prefetch *p, size_t done);
 /* Stops and joins the thread. Accepts NULL. */
 void ovl_prefetch_stop(struct ovl_prefetch *p);
+static inline void ovl_prefetch_stopp(struct ovl_prefetch **p)
+{
+	ovl_prefetch_stop(*p);
+}
