@@ -3,7 +3,7 @@
  * The session's device I/O (fuse_session_custom_io). libfuse 3.14 predates
  * protocol features we negotiate ourselves, so every message between
  * libfuse and /dev/fuse passes through here:
- *   - the INIT request: the kernel's offer (flags, flags2) is noted, since
+ *   - the INIT request: the kernel's offer in flags2 is noted, since
  *     libfuse does not pass on flags it does not know;
  *   - the INIT reply: flags asked for by passthrough.c (FUSE_PASSTHROUGH,
  *     FUSE_HANDLE_KILLPRIV_V2) and uring.c (FUSE_OVER_IO_URING) are added,
@@ -38,7 +38,7 @@
 /* Flags to add to the INIT reply, set on the thread that handles INIT and then sends its reply. */
 static __thread uint32_t init_add_flags, init_add_flags2;
 static __thread uint32_t init_depth;
-static _Atomic uint32_t kernel_flags, kernel_flags2;
+static _Atomic uint32_t kernel_flags2;
 
 static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 {
@@ -53,7 +53,6 @@ static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 
 			memcpy(&f, in + INIT_IN_FLAGS_OFF, sizeof(f));
 			memcpy(&f2, in + INIT_IN_FLAGS2_OFF, sizeof(f2));
-			atomic_store(&kernel_flags, f);
 			atomic_store(&kernel_flags2, (f & DEVIO_INIT_EXT) ? f2 : 0);
 		}
 	}

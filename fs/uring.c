@@ -403,6 +403,7 @@ static void stop_threads(void)
 static int start_threads(unsigned threads)
 {
 	struct timespec deadline;
+	unsigned started = 0;
 	sigset_t all, old;
 	int r = 0;
 
@@ -424,18 +425,14 @@ static int start_threads(unsigned threads)
 		U.t[i].qid = (uint16_t)(i / U.per_q);
 		r = -pthread_create(&U.t[i].tid, NULL, ring_main, &U.t[i]);
 		U.t[i].started = r == 0;
+		started += U.t[i].started;
 	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 
 	clock_gettime(CLOCK_REALTIME, &deadline);
 	deadline.tv_sec += 10;
 	pthread_mutex_lock(&U.lock);
-	for (unsigned started = 0;;) {
-		started = 0;
-		for (unsigned i = 0; i < U.n; i++)
-			started += U.t[i].started;
-		if (U.n_reported >= started)
-			break;
+	while (U.n_reported < started) {
 		if (pthread_cond_timedwait(&U.cond, &U.lock, &deadline) == ETIMEDOUT) {
 			if (!U.err)
 				U.err = -ETIMEDOUT;
