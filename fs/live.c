@@ -165,14 +165,6 @@ void ovl_live_changed(void *userdata, const char *path)
 
 void ovl_live_info(void *userdata, struct ovl_live_info *ret)
 {
-	struct ovl_uring_info u;
-
-	ovl_uring_info(&u);
-	*ret = (struct ovl_live_info){
-		.transport = u.active ? "io_uring" : "/dev/fuse",
-		.queues = u.active ? u.queues : 0,
-		.threads_per_queue = u.active ? u.threads_per_queue : 0,
-		.ring_requests = u.served,
-		.passthrough = ovl_pt_enabled(),
-	};
+	*ret = (struct ovl_live_info){ .passthrough = ovl_pt_enabled() };
+	ovl_uring_info(ret);
 }

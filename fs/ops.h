@@ -184,10 +184,5 @@ bool ovl_uring_take_reply(struct iovec *iov, int count, ssize_t *ret);
 void *ovl_uring_reply_buf(size_t size);
 /* Stops and joins the queue threads (after the loop ended and the mount is gone). */
 void ovl_uring_stop(void);
-
-struct ovl_uring_info {
-	bool active;                 /* requests are served over the rings */
-	unsigned queues, threads_per_queue;
-	uint64_t served;             /* requests served over them so far */
-};
-void ovl_uring_info(struct ovl_uring_info *ret);
+/* Fills the transport fields of @ret (transport, queues, threads_per_queue, ring_requests) for "status". */
+void ovl_uring_info(struct ovl_live_info *ret);

@@ -546,12 +546,12 @@ void ovl_uring_stop(void)
 	atomic_store(&U.registered, false);
 }
 
-void ovl_uring_info(struct ovl_uring_info *ret)
+void ovl_uring_info(struct ovl_live_info *ret)
 {
-	*ret = (struct ovl_uring_info){
-		.active = atomic_load(&U.registered) && !atomic_load(&U.refused),
-		.queues = U.nq,
-		.threads_per_queue = U.per_q,
-		.served = atomic_load_explicit(&U.served, memory_order_relaxed),
-	};
+	bool active = atomic_load(&U.registered) && !atomic_load(&U.refused);
+
+	ret->transport = active ? "io_uring" : "/dev/fuse";
+	ret->queues = active ? U.nq : 0;
+	ret->threads_per_queue = active ? U.per_q : 0;
+	ret->ring_requests = atomic_load_explicit(&U.served, memory_order_relaxed);
 }
