@@ -32,7 +32,7 @@ struct api_caps {
 	bool idmap_rw;       /* idmapped mounts work (rw mode) */
 	bool ctl_available;  /* the diff/commit client is linked and usable */
 	bool quota_supported;
-	bool fuse_uring;     /* the fuse module serves FUSE over io_uring (draftfs uses it, one queue per CPU) */
+	bool fuse_uring;     /* this host can serve FUSE over io_uring (draftfs uses it, one queue per CPU) */
 	char *bwrap_version;
 	char *message;       /* why not available */
 	cJSON *probe;        /* raw probe output, may be NULL */

@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -21,6 +20,7 @@
 #include "probe.h"
 #include "session.h"
 #include "spawn.h"
+#include "uring.h"
 
 static char *probe_message(const cJSON *probe)
 {
@@ -83,10 +83,9 @@ void api_probe(struct api_server *srv)
 		c->message = strdup(srv->cfg->draftfs ? "draftfs cannot run here (/dev/fuse or the binary)" : "draftfs is not installed");
 	c->idmap_rw = srv->cfg->idmap && api_idmap_supported();
 	{
-		_cleanup_fclose_ FILE *f = fopen("/sys/module/fuse/parameters/enable_uring", "re");
-		int ch = f ? fgetc(f) : EOF;
+		char why[256];
 
-		c->fuse_uring = ch == 'Y' || ch == '1';
+		c->fuse_uring = ovl_uring_available(why, sizeof(why)); /* what draftfs itself checks */
 	}
 
 	if (!srv->cfg->launcher) {

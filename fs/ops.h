@@ -7,6 +7,7 @@
 #pragma once
 
 #include "ovl.h"
+#include "uring.h"
 
 /* An open file: the fd and whether it points at a lower object (opened before any copy-up). */
 /* How the kernel does I/O on an open file (see fs/passthrough.c). */
@@ -149,14 +150,8 @@ void ovl_pt_release(struct ovl_node *n, const struct ovl_fh *fh);
 /* fuse_reply_open() that also carries @fh's io mode and backing id. */
 int ovl_pt_reply_open(fuse_req_t req, const struct fuse_file_info *fi, const struct ovl_fh *fh);
 
-/* ---- FUSE over io_uring (fs/uring.c) */
+/* ---- FUSE over io_uring (fs/uring.c; ovl_uring_available() in uring.h) */
 
-/*
- * True if this kernel can serve FUSE over io_uring now (the fuse module's
- * enable_uring is on and an io_uring can be made); else false with the
- * reason in @why. Checked before mounting with uring=on.
- */
-bool ovl_uring_available(char *why, size_t whylen);
 /*
  * From the INIT handler, last: if the kernel offers io_uring and uring= is
  * not off, starts one queue of threads per possible CPU (each pinned, with
