@@ -27,6 +27,7 @@ import pytest
 
 import fsutil
 from fsutil import fsenv  # noqa: F401
+from test_fs_badinput import assert_refused, layout
 
 pytestmark = pytest.mark.skipif(fsutil.IMPL != "draftfs", reason="the transport is draftfs's own")
 
@@ -196,38 +197,28 @@ def test_uring_off_uses_dev_fuse(fsenv):
     m.stop()
 
 
-def refused(env, opts):
-    lo = layers(env, "r")
-    d = env.dir("r")
-    for s in ("upper", "work", "mnt"):
-        os.makedirs(os.path.join(d, s), exist_ok=True)
-    r = subprocess.run([fsutil.draftfs_bin(), "-o",
-                        f"lowerdir={lo},upperdir={d}/upper,workdir={d}/work,{opts}", f"{d}/mnt"],
-                       capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
-    err = r.stderr.decode(errors="replace")
-    assert not fsutil.is_mounted(f"{d}/mnt")
-    assert r.returncode == 1, (r.returncode, err)
-    lines = err.strip().split("\n")
-    assert len(lines) == 1, err
-    return lines[0]
+def refused(env, opts, what):
+    """The mount with @opts added fails with one line (test_fs_badinput's checks); returns that line."""
+    lo, up, wk, mnt = layout(env, "r")
+    return assert_refused(env, f"lowerdir={lo},upperdir={up},workdir={wk},{opts}", mnt, what)
 
 
 def test_bad_uring_value(fsenv):
     fsutil.require_impl()
-    assert "invalid uring 'maybe': expected auto, on or off" in refused(fsenv, "uring=maybe")
+    assert "invalid uring 'maybe': expected auto, on or off" in refused(fsenv, "uring=maybe", "bad uring value")
 
 
 def test_uring_on_refused_when_the_kernel_cannot(fsenv):
     fsutil.require_impl()
     p = uring_param()
     if p is None:
-        assert "no FUSE over io_uring" in refused(fsenv, "uring=on")
+        assert "no FUSE over io_uring" in refused(fsenv, "uring=on", "uring=on without kernel support")
         return
     # Turn the module parameter off for the length of this check (tests run one at a time).
     with open(PARAM, "w") as f:
         f.write("N")
     try:
-        line = refused(fsenv, "uring=on")
+        line = refused(fsenv, "uring=on", "uring=on with enable_uring off")
     finally:
         with open(PARAM, "w") as f:
             f.write("Y" if p else "N")
