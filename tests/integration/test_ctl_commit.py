@@ -7,9 +7,11 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 import threading
+import time
 
-from ctlutil import Session, session, session2, snapshot  # noqa: F401
+from ctlutil import Session, draftfs_bin, session, session2, snapshot  # noqa: F401
 from test_ctl_diff import edit, populate
 
 
@@ -455,9 +457,6 @@ def _dir_over_file():
 
 def _commit_paused_at_staged(s, meanwhile):
     """Runs a commit that pauses once staged; calls meanwhile() while it waits; returns the finished process."""
-    import subprocess
-    import time
-    from ctlutil import draftfs_bin
     probe = _dir_over_file()
     try:
         step = None
