@@ -25,6 +25,7 @@
 
 #include "fdpath.h"
 #include "macro.h"
+#include "metacopy.h"
 #include "ovl.h"
 
 void ovl_tmp_name(char tmp[static 64])
@@ -43,11 +44,11 @@ void ovl_tmp_name(char tmp[static 64])
 static atomic_bool clone_unsupported;
 
 /*
- * Copies @size bytes of @src_fd into the new, empty @dst_fd. @sparse: the
- * source may have holes (else it is copied in one go, without SEEK_DATA /
- * SEEK_HOLE probes). Returns 0 or -errno.
+ * Copies @size bytes of @src_fd into @dst_fd, new and empty or all holes
+ * (a metacopy). @sparse: the source may have holes (else it is copied in
+ * one go, without SEEK_DATA / SEEK_HOLE probes). Returns 0 or -errno.
  */
-static int copy_data(int src_fd, int dst_fd, off_t size, bool sparse)
+int ovl_copy_data(int src_fd, int dst_fd, off_t size, bool sparse)
 {
 	off_t pos = 0, end = 0; /* end: where the data written so far ends */
 
@@ -181,15 +182,25 @@ static int set_times_at(int dir, const char *name, const struct stat *st)
 	return utimensat(dir, name, ts, AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
 }
 
+/* What create_copy() makes. */
+struct copy_spec {
+	int src;               /* O_PATH of the object: metadata, xattrs, and the data unless @data >= 0 */
+	int data;              /* O_PATH of a regular file's data when it is not @src (a metacopy's lower file), or -1 */
+	const struct stat *st; /* of @src */
+	off_t size;            /* regular files: copy the data up to here (all if < 0) */
+	const char *origin;    /* the origin record, or NULL */
+	const char *redirect;  /* regular files: make a metacopy whose data is this absolute lower path, or NULL */
+};
+
 /*
- * Creates a copy of the object @src (O_PATH fd, stat @st) as @dir/@name:
- * data (up to @size for regular files, all if < 0), owner, mode, xattrs and
- * @origin (if not NULL). Directory times are left to the caller (set them
- * after filling it).
+ * Creates a copy of the object @c->src as @dir/@name: data (or, for a
+ * metacopy, only the size), owner, mode, xattrs and origin record.
+ * Directory times are left to the caller (set them after filling it).
  */
-static int create_copy(int dir, const char *name, int src, const struct stat *st, off_t size, const char *origin)
+static int create_copy(int dir, const char *name, const struct copy_spec *c)
 {
 	_cleanup_close_ int fd = -1;
+	const struct stat *st = c->st;
 	mode_t type = st->st_mode & S_IFMT;
 	bool real;
 	int r;
@@ -197,18 +208,27 @@ static int create_copy(int dir, const char *name, int src, const struct stat *st
 	switch (type) {
 	case S_IFREG: {
 		_cleanup_close_ int in = -1;
+		off_t size = c->size < 0 || c->size > st->st_size ? st->st_size : c->size;
 
 		fd = openat(dir, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0600);
 		if (fd < 0)
 			return -errno;
-		if (size < 0 || size > st->st_size)
-			size = st->st_size;
-		if (size > 0) {
-			in = fd_reopen(src, O_RDONLY);
+		if (c->redirect) {
+			/* Metadata only: the size, no blocks. Nothing to sync, the data stays below. */
+			if (ftruncate(fd, st->st_size) < 0)
+				return -errno;
+		} else if (size > 0) {
+			struct stat dst;
+			int data = c->data >= 0 ? c->data : c->src;
+
+			in = fd_reopen(data, O_RDONLY);
 			if (in < 0)
 				return in;
+			if (data != c->src && fstat(in, &dst) < 0)
+				return -errno;
 			/* Fully allocated: no hole to keep, copy without SEEK_DATA/SEEK_HOLE probes. */
-			r = copy_data(in, fd, size, (off_t)st->st_blocks * 512 < st->st_size);
+			r = ovl_copy_data(in, fd, size, data != c->src ? (off_t)dst.st_blocks * 512 < dst.st_size
+								   : (off_t)st->st_blocks * 512 < st->st_size);
 			if (r < 0)
 				return r;
 			/*
@@ -230,7 +250,7 @@ static int create_copy(int dir, const char *name, int src, const struct stat *st
 		break;
 	case S_IFLNK: {
 		char target[PATH_MAX + 1];
-		ssize_t n = readlinkat(src, "", target, sizeof(target) - 1);
+		ssize_t n = readlinkat(c->src, "", target, sizeof(target) - 1);
 
 		if (n < 0)
 			return -errno;
@@ -261,11 +281,21 @@ static int create_copy(int dir, const char *name, int src, const struct stat *st
 	} else if (type != S_IFLNK && fchmodat(dir, name, st->st_mode & 07777, 0) < 0) {
 		return -errno;
 	}
-	r = copy_xattrs(src, fd, real);
+	r = copy_xattrs(c->src, fd, real);
 	if (r < 0)
 		return r;
-	if (origin) {
-		r = set_xattr(fd, real, OVL_XATTR_ORIGIN, origin, strlen(origin));
+	if (c->origin) {
+		r = set_xattr(fd, real, OVL_XATTR_ORIGIN, c->origin, strlen(c->origin));
+		if (r < 0)
+			return r;
+	}
+	if (type == S_IFREG && c->redirect) {
+		char abs[PATH_MAX + 1];
+
+		snprintf(abs, sizeof(abs), "/%s", c->redirect);
+		r = set_xattr(fd, real, OVL_XATTR_MC_REDIRECT, abs, strlen(abs));
+		if (r >= 0)
+			r = set_xattr(fd, real, OVL_XATTR_METACOPY, "", 0);
 		if (r < 0)
 			return r;
 	}
@@ -307,37 +337,56 @@ int ovl_node_upper_dup(struct ovl_node *n)
 	return fd;
 }
 
-static bool has_upper(struct ovl_node *n)
+/*
+ * The absolute lower path a metacopy of @n would name for its data (its
+ * view path, when the redirect walk finds the very object @lst there, so
+ * a redirected parent or a hiding layer never misleads it; and short
+ * enough for the kernel to follow). Returns true and the path in *ret
+ * (free it), or false: copy the data.
+ */
+static bool metacopy_path(struct ovl_node *n, const struct stat *lst, char **ret)
 {
-	bool r;
+	_cleanup_free_ char *path = NULL;
+	struct stat st;
 
-	pthread_rwlock_rdlock(&n->lock);
-	r = n->upper_fd >= 0;
-	pthread_rwlock_unlock(&n->lock);
-	return r;
+	if (ovl_node_path(n, &path) < 0 || !*path || strlen(path) + 1 > OVL_MC_REDIRECT_MAX)
+		return false;
+	if (ovl_lower_stat_abs(path, &st) < 0 || st.st_dev != lst->st_dev || st.st_ino != lst->st_ino)
+		return false;
+	*ret = TAKE_PTR(path);
+	return true;
 }
 
-static int copy_up_locked(struct ovl_node *n, off_t size)
+/* @meta: a regular file may become a metacopy (its data stays below); else its data is copied, up to @size. */
+static int copy_up_locked(struct ovl_node *n, off_t size, bool meta)
 {
 	struct ovl_fs *fs = ovl_fs;
-	_cleanup_free_ char *name = NULL;
+	_cleanup_free_ char *name = NULL, *redirect = NULL;
 	_cleanup_close_ int pfd = -1, lfd = -1, ufd = -1;
 	struct ovl_node *parent;
+	struct copy_spec spec;
 	char tmp[64], origin[256];
 	struct stat st;
 	unsigned layer;
-	bool split_link;
+	bool split_link, mc = false;
 	int r;
 
 	r = ovl_node_ensure(n);
 	if (r < 0)
 		return r;
-	if (n == &fs->root || has_upper(n))
+	if (n == &fs->root)
+		return 0;
+	pthread_rwlock_rdlock(&n->lock);
+	r = n->upper_fd < 0 ? 0 : !meta && n->metacopy ? 1 : 2;
+	pthread_rwlock_unlock(&n->lock);
+	if (r == 1)
+		return ovl_metacopy_copy_data(n, size);
+	if (r == 2)
 		return 0;
 	r = ovl_node_parent_name(n, &parent, &name);
 	if (r < 0)
 		return r;
-	r = copy_up_locked(parent, -1);
+	r = copy_up_locked(parent, -1, true);
 	if (r < 0)
 		return r;
 	pfd = ovl_node_upper_dup(parent);
@@ -354,7 +403,8 @@ static int copy_up_locked(struct ovl_node *n, off_t size)
 		return -errno;
 
 	if (S_ISREG(st.st_mode)) {
-		r = ovl_quota_check(size >= 0 && size < st.st_size ? size : st.st_size, 1);
+		mc = meta && size < 0 && fs->opt->metacopy && st.st_size > 0 && metacopy_path(n, &st, &redirect);
+		r = ovl_quota_check(mc ? 0 : size >= 0 && size < st.st_size ? size : st.st_size, 1);
 		if (r < 0)
 			return r;
 	}
@@ -364,7 +414,8 @@ static int copy_up_locked(struct ovl_node *n, off_t size)
 	if (split_link)
 		strcat(origin, " new");
 	ovl_tmp_name(tmp);
-	r = create_copy(fs->workwork_fd, tmp, lfd, &st, size, origin);
+	spec = (struct copy_spec){ .src = lfd, .data = -1, .st = &st, .size = size, .origin = origin, .redirect = redirect };
+	r = create_copy(fs->workwork_fd, tmp, &spec);
 	if (r >= 0 && S_ISDIR(st.st_mode))
 		r = set_times_at(fs->workwork_fd, tmp, &st);
 	if (r >= 0 && renameat2(fs->workwork_fd, tmp, pfd, name, RENAME_NOREPLACE) < 0)
@@ -387,11 +438,23 @@ static int copy_up_locked(struct ovl_node *n, off_t size)
 	n->upper_fd = TAKE_FD(ufd);
 	ovl_fds_account(1);
 	n->opaque = false;
+	n->metacopy = mc;
 	pthread_rwlock_unlock(&n->lock);
 	return 0;
 }
 
-int ovl_copy_up_size(struct ovl_node *n, off_t size)
+/* True when @n's data is in upper (a metacopy's is not), so a copy-up has nothing to do. */
+static bool has_upper_data(struct ovl_node *n, bool meta)
+{
+	bool r;
+
+	pthread_rwlock_rdlock(&n->lock);
+	r = n->upper_fd >= 0 && (meta || !n->metacopy);
+	pthread_rwlock_unlock(&n->lock);
+	return r;
+}
+
+static int copy_up(struct ovl_node *n, off_t size, bool meta)
 {
 	int r;
 
@@ -400,17 +463,22 @@ int ovl_copy_up_size(struct ovl_node *n, off_t size)
 	r = ovl_node_ensure(n);
 	if (r < 0)
 		return r;
-	if (has_upper(n))
+	if (has_upper_data(n, meta))
 		return 0;
 	pthread_mutex_lock(&ovl_fs->copyup_lock);
-	r = copy_up_locked(n, size);
+	r = copy_up_locked(n, size, meta);
 	pthread_mutex_unlock(&ovl_fs->copyup_lock);
 	return r;
 }
 
+int ovl_copy_up_size(struct ovl_node *n, off_t size)
+{
+	return copy_up(n, size, false);
+}
+
 int ovl_copy_up(struct ovl_node *n)
 {
-	return ovl_copy_up_size(n, -1);
+	return copy_up(n, -1, true);
 }
 
 static void pool_name(char buf[static 64], uint64_t seq)
@@ -746,6 +814,7 @@ static int copy_children(const struct ovl_stack *s, int dst)
 		return r;
 	for (size_t i = 0; i < n && r >= 0; i++) {
 		const char *name = ents[i].name;
+		struct copy_spec spec;
 		char obuf[256];
 		const char *origin;
 		struct ovl_res res;
@@ -759,13 +828,16 @@ static int copy_children(const struct ovl_stack *s, int dst)
 		if (r < 0)
 			break;
 		top = res.upper_fd >= 0 ? res.upper_fd : res.lower_fd;
-		if (!S_ISDIR(res.st.st_mode) && res.upper_fd >= 0 &&
+		/* Upper files are linked into the copy; a metacopy only when its redirect names its data from anywhere. */
+		if (!S_ISDIR(res.st.st_mode) && res.upper_fd >= 0 && (!res.metacopy || ovl_metacopy_is_movable(res.upper_fd)) &&
 		    linkat(res.upper_fd, "", dst, name, AT_EMPTY_PATH) == 0) {
 			ovl_res_done(&res);
 			continue;
 		}
 		origin = origin_for(&res, obuf, sizeof(obuf));
-		r = create_copy(dst, name, top, &res.st, -1, origin);
+		spec = (struct copy_spec){ .src = top, .data = res.metacopy ? res.lower_fd : -1, .st = &res.st, .size = -1,
+					   .origin = origin };
+		r = create_copy(dst, name, &spec);
 		if (r >= 0 && S_ISDIR(res.st.st_mode)) {
 			_cleanup_close_ int cfd = openat(dst, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			struct ovl_stack cs;
@@ -810,7 +882,8 @@ int ovl_copy_tree_tmp(struct ovl_node *dir, char tmp[static 64])
 	origin = origin_for(&self, obuf, sizeof(obuf));
 
 	ovl_tmp_name(tmp);
-	r = create_copy(fs->workwork_fd, tmp, top, &self.st, -1, origin);
+	r = create_copy(fs->workwork_fd, tmp,
+			&(struct copy_spec){ .src = top, .data = -1, .st = &self.st, .size = -1, .origin = origin });
 	if (r >= 0) {
 		cfd = openat(fs->workwork_fd, tmp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		r = cfd < 0 ? -errno : 0;

@@ -224,6 +224,7 @@ static void close_state(struct ovl_node *n)
 		ovl_fds_account(-closed);
 	n->upper_fd = safe_close(n->upper_fd);
 	n->lower_fd = safe_close(n->lower_fd);
+	n->metacopy = false;
 	for (uint16_t i = 0; i < n->n_extra; i++)
 		safe_close(n->extra[i].fd);
 	free(n->extra);
@@ -249,6 +250,7 @@ static int take_res(struct ovl_node *n, struct ovl_res *res)
 	n->n_extra = res->n_extra;
 	n->extra = extra;
 	n->opaque = res->opaque;
+	n->metacopy = res->metacopy;
 	/* The fds are the node's now; the rest of @res (identity, ino) stays readable. */
 	res->upper_fd = res->lower_fd = -1;
 	res->n_extra = 0;
@@ -749,6 +751,7 @@ void ovl_node_maybe_evict(void)
 			if (!d)
 				break;
 			keep = d->removed || /* no name to re-resolve it by */
+			       d->metacopy ||  /* a file handle would give back its upper half only */
 			       (pass == 0 && (atomic_exchange(&d->used, false) || (d->type == S_IFDIR && d->refs > 0)));
 			list_unlink(fs, d);
 			list_push(fs, d, true);

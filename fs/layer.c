@@ -23,6 +23,7 @@
 #include "fdpath.h"
 #include "log.h"
 #include "macro.h"
+#include "metacopy.h"
 #include "ovl.h"
 
 bool ovl_xattr_is_private(const char *name)
@@ -279,11 +280,23 @@ void ovl_res_stack(const struct ovl_res *r, struct ovl_stack *s)
 		s->l[s->n++] = r->extra[i];
 }
 
+/* True if a lower dir of @s holds @name (not hidden by a whiteout above it). */
+static bool name_in_lower(const struct ovl_stack *s, const char *name)
+{
+	for (uint16_t i = 0; i < s->n; i++) {
+		struct stat lst;
+
+		if (fstatat(s->l[i].fd, name, &lst, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		return !ovl_is_whiteout(&lst);
+	}
+	return false;
+}
+
 static int resolve_in_stack(const struct ovl_stack *s, const char *name, struct ovl_res *res, bool lazy)
 {
 	char redirect[PATH_MAX];
-	const char *lname = name;
-	bool use_redirect_abs = false;
+	const char *lname = name, *abs_path = NULL;
 	struct stat st;
 	int r = 0, err = 0;
 
@@ -302,7 +315,19 @@ static int resolve_in_stack(const struct ovl_stack *s, const char *name, struct 
 			}
 			res->upper_fd = fd;
 			res->st = st;
-			if (S_ISDIR(st.st_mode)) {
+			if (S_ISREG(st.st_mode)) {
+				/* A metacopy's data is the lower file its redirect names, or the one at its own name. */
+				r = ovl_metacopy_get(fd, redirect);
+				if (r < 0) {
+					ovl_res_done(res);
+					return r == -EBADMSG ? -EIO : r;
+				}
+				res->metacopy = r > 0;
+				if (r == 1 && redirect[0])
+					abs_path = redirect;
+				else if (r == 2)
+					lname = redirect;
+			} else if (S_ISDIR(st.st_mode)) {
 				ssize_t n;
 
 				if (xattr_is_y(fd, OVL_XATTR_OPAQUE)) {
@@ -312,7 +337,7 @@ static int resolve_in_stack(const struct ovl_stack *s, const char *name, struct 
 					if (n > 0) {
 						redirect[n] = '\0';
 						if (redirect[0] == '/')
-							use_redirect_abs = true;
+							abs_path = redirect + 1 + strspn(redirect + 1, "/");
 						else if (!strchr(redirect, '/') && strlen(redirect) <= NAME_MAX)
 							lname = redirect;
 					}
@@ -325,18 +350,10 @@ static int resolve_in_stack(const struct ovl_stack *s, const char *name, struct 
 
 	if (res->opaque) {
 		/* Hidden below the opaque dir, but a rename or rmdir must still leave a whiteout. */
-		for (uint16_t i = 0; i < s->n && !res->lower_exists; i++) {
-			struct stat lst;
-
-			if (fstatat(s->l[i].fd, name, &lst, AT_SYMLINK_NOFOLLOW) < 0)
-				continue;
-			if (ovl_is_whiteout(&lst))
-				break;
-			res->lower_exists = true;
-		}
+		res->lower_exists = name_in_lower(s, name);
 	} else {
-		if (use_redirect_abs) {
-			lookup_redirect_abs(res, redirect + 1 + strspn(redirect + 1, "/"), &err);
+		if (abs_path) {
+			lookup_redirect_abs(res, abs_path, &err);
 		} else {
 			for (uint16_t i = 0; i < s->n; i++) {
 				bool more;
@@ -360,6 +377,22 @@ static int resolve_in_stack(const struct ovl_stack *s, const char *name, struct 
 		return err ? err : -ENOENT;
 	}
 
+	if (res->metacopy) {
+		struct stat dst;
+
+		/* Data found elsewhere says nothing of the name: a remove leaves a whiteout only if a lower holds the name. */
+		if (abs_path || lname != name)
+			res->lower_exists = name_in_lower(s, name);
+
+		/* No data below (a lower layer changed behind our back): the kernel answers EIO too. */
+		if (res->lower_fd < 0 || fstatat(res->lower_fd, "", &dst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISREG(dst.st_mode)) {
+			ovl_res_done(res);
+			return -EIO;
+		}
+		res->st.st_blocks = dst.st_blocks; /* du, and tar's sparse-file guess, see the data's blocks */
+	}
+
 	/* Identity: the top object. The view's inode number: the origin's for copied-up objects. */
 	res->key_dev = res->st.st_dev;
 	res->key_ino = res->st.st_ino;
@@ -381,6 +414,22 @@ static int resolve_in_stack(const struct ovl_stack *s, const char *name, struct 
 				res->ino = lst.st_ino;
 		}
 	}
+	return 0;
+}
+
+int ovl_lower_stat_abs(const char *path, struct stat *ret_st)
+{
+	struct ovl_res res;
+	int err = 0;
+
+	ovl_res_init(&res);
+	lookup_redirect_abs(&res, path, &err);
+	if (res.lower_fd < 0) {
+		ovl_res_done(&res);
+		return err ? err : -ENOENT;
+	}
+	*ret_st = res.st;
+	ovl_res_done(&res);
 	return 0;
 }
 
@@ -582,6 +631,12 @@ int ovl_node_getattr(struct ovl_node *n, struct stat *st)
 		r = -ESTALE;
 	else if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
 		r = -errno;
+	if (r == 0 && n->metacopy && n->lower_fd >= 0) {
+		struct stat dst;
+
+		if (fstatat(n->lower_fd, "", &dst, AT_EMPTY_PATH) == 0)
+			st->st_blocks = dst.st_blocks;
+	}
 	pthread_rwlock_unlock(&n->lock);
 	if (r < 0)
 		return r;

@@ -14,6 +14,8 @@
 
 #define OVL_XATTR_METACOPY "trusted.overlay.metacopy"
 #define OVL_XATTR_MC_REDIRECT "trusted.overlay.redirect"
+/* The longest redirect draftfs writes, '/' included: kernel overlayfs follows none longer (its redirect_max default). */
+#define OVL_MC_REDIRECT_MAX 256
 
 /*
  * Reads the metacopy state of the upper regular file @fd (any fd; an

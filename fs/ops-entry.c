@@ -293,7 +293,7 @@ static int do_setattr(struct ovl_node *n, struct stat *attr, int to_set, struct 
 	if (to_set & FUSE_SET_ATTR_SIZE) {
 		if (!S_ISREG(n->type))
 			return n->type == S_IFDIR ? -EISDIR : -EINVAL;
-		r = hfd >= 0 ? ovl_copy_up(n) : ovl_copy_up_size(n, attr->st_size);
+		r = ovl_copy_up_size(n, hfd >= 0 ? -1 : attr->st_size);
 	} else {
 		r = ovl_copy_up(n);
 	}
@@ -738,7 +738,7 @@ static int do_link(struct ovl_node *n, struct ovl_node *np, const char *name)
 
 	if (n->type == S_IFDIR)
 		return -EPERM;
-	r = ovl_copy_up(n);
+	r = ovl_copy_up_movable(n);
 	if (r < 0)
 		return r;
 	r = ovl_prepare_create(NULL, np, name, &c);

@@ -115,9 +115,10 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (r >= 0)
 		r = ovl_node_rdlock_fresh(n);
 	if (r >= 0) {
-		if (n->upper_fd >= 0) {
+		if (n->upper_fd >= 0 && !n->metacopy) {
 			fd = fd_reopen(n->upper_fd, open_flags(fi->flags));
-		} else if (n->lower_fd >= 0) {
+		} else if (n->lower_fd >= 0 && !write) {
+			/* Lower-only, or a metacopy whose data is below: read the lower file (a writer copied the data up above). */
 			fd = fd_reopen(n->lower_fd, open_flags(fi->flags & ~O_TRUNC));
 			lower = true;
 		} else {
@@ -225,7 +226,7 @@ static int read_fd(struct ovl_node *n, struct fuse_file_info *fi)
 		int nfd = -1;
 
 		pthread_rwlock_rdlock(&n->lock);
-		if (n->upper_fd >= 0)
+		if (n->upper_fd >= 0 && !n->metacopy)
 			nfd = fd_reopen(n->upper_fd, O_RDONLY);
 		pthread_rwlock_unlock(&n->lock);
 		if (nfd >= 0) {
@@ -459,12 +460,20 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, b
 		if (full)
 			break;
 		r = ovl_lookup_node(n, d->name, &c, &cst);
+		if (r == -ENOENT || r == -ESTALE) {
+			r = 0;
+			continue; /* gone since the listing was made */
+		}
 		if (r < 0) {
-			if (r == -ENOENT || r == -ESTALE) {
-				r = 0;
-				continue; /* gone since the listing was made */
-			}
-			break;
+			/*
+			 * The name is listed, but it cannot be looked up (a metacopy without
+			 * its data: EIO): list it without attributes (node id 0), so the
+			 * listing goes on and only a LOOKUP of that name fails.
+			 */
+			e = (struct fuse_entry_param){ .attr = st };
+			pos += fuse_add_direntry_plus(req, buf + pos, size - pos, d->name, &e, (off_t)d->off);
+			r = 0;
+			continue;
 		}
 		ovl_fill_entry(&e, c, &cst);
 		pos += fuse_add_direntry_plus(req, buf + pos, size - pos, d->name, &e, (off_t)d->off);

@@ -374,11 +374,11 @@ static int do_rename(struct ovl_node *p, const char *name, struct ovl_node *np, 
 		if (node_is_merged_dir(sn))
 			r = materialize_dir(sn, &src, pfd, name);
 		else
-			r = ovl_copy_up(sn);
+			r = ovl_copy_up_movable(sn);
 		if (r >= 0 && node_is_merged_dir(dn))
 			r = materialize_dir(dn, &dst, npfd, nname);
 		else if (r >= 0)
-			r = ovl_copy_up(dn);
+			r = ovl_copy_up_movable(dn);
 		if (r >= 0 && src_dir && dst.lower_exists)
 			r = set_opaque(sn);
 		if (r >= 0 && dn->type == S_IFDIR && src.lower_exists)
@@ -397,7 +397,7 @@ static int do_rename(struct ovl_node *p, const char *name, struct ovl_node *np, 
 		char dbuf[256];
 		const char *drec;
 
-		r = ovl_copy_up(sn);
+		r = ovl_copy_up_movable(sn);
 		if (r < 0)
 			goto out;
 		drec = dst_origin(&dst, npfd, nname, dbuf, sizeof(dbuf));

@@ -68,6 +68,7 @@ struct ovl_options {
 	uint8_t passthrough;  /* enum ovl_passthrough: kernel passthrough of file data (default all) */
 	uint8_t uring;        /* enum ovl_uring: request transport (default auto) */
 	bool fsync;           /* honour fsync requests (default true) */
+	bool metacopy;        /* metadata-only copy-up of regular files (default true), see fs/metacopy.h */
 	bool read_only;
 	unsigned threads;     /* max /dev/fuse worker threads; io_uring: spread over the queues, at least 2 each */
 	uint64_t quota_bytes, quota_inodes; /* 0 = unlimited */
@@ -145,6 +146,7 @@ struct ovl_node {
 	uint16_t lower_layer;
 	uint16_t n_extra;           /* dirs: further lower dirs merged below lower_fd */
 	bool opaque;                /* dirs: upper dir is opaque (no lower merged) */
+	bool metacopy;              /* regular files: upper holds metadata only, the data is lower_fd */
 	bool handle_upper;          /* handle is of the upper object (else of lower layer lower_layer) */
 	atomic_bool stale;          /* fds must be re-resolved before use (a lazy or evicted node has none) */
 	struct ovl_lower *extra;
@@ -162,6 +164,7 @@ struct ovl_res {
 	uint16_t n_extra;
 	struct ovl_lower extra[OVL_MAX_LOWER];
 	bool opaque;
+	bool metacopy;           /* the upper regular file is a metacopy: lower_fd is its data (st_blocks is the data's) */
 	bool lower_nofd;         /* a lower-only non-directory found by stat only: lower_fd stays -1 (lazy node) */
 	bool whiteout_in_upper;  /* upper holds a whiteout for the name */
 	bool lower_exists;       /* some lower holds the name (visible or not under upper) */
@@ -328,7 +331,7 @@ static inline void ovl_res_init(struct ovl_res *r)
 	r->hashable = false;
 	r->upper_fd = r->lower_fd = -1;
 	r->n_extra = 0;
-	r->opaque = r->whiteout_in_upper = r->lower_exists = r->lower_nofd = false;
+	r->opaque = r->metacopy = r->whiteout_in_upper = r->lower_exists = r->lower_nofd = false;
 }
 /* Closes the fds held by @r. */
 void ovl_res_done(struct ovl_res *r);
@@ -354,6 +357,13 @@ int ovl_resolve_child_lazy(struct ovl_node *dir, const char *name, struct ovl_re
 void ovl_node_stack(struct ovl_node *n, struct ovl_stack *s);
 /* Fills @s with the layers of the directory described by @r (borrowed from @r). */
 void ovl_res_stack(const struct ovl_res *r, struct ovl_stack *s);
+/*
+ * Stats the object an absolute redirect @path ("a/b", no leading '/')
+ * finds from the lower roots, as a lookup follows it. Returns 0, -ENOENT
+ * or -errno.
+ */
+int ovl_lower_stat_abs(const char *path, struct stat *ret_st);
+
 /* ovl_resolve_child() on an explicit stack. */
 int ovl_resolve_in_stack(const struct ovl_stack *s, const char *name, struct ovl_res *res);
 
@@ -396,10 +406,30 @@ int ovl_fremovexattr(int fd, const char *name);
 
 /* ------------------------------------------------------------------ copy-up */
 
-/* Makes sure @n exists in upper (copying it and its parents up). Returns 0 or -errno. */
+/*
+ * Makes sure @n exists in upper (copying it and its parents up), for a
+ * change of its metadata: a regular file becomes a metacopy (metacopy=on),
+ * its data stays below. Returns 0 or -errno.
+ */
 int ovl_copy_up(struct ovl_node *n);
-/* Same, but a regular file's data is copied only up to @size bytes (truncate on open/setattr). */
+/* Same, with the data: a regular file's data is in upper after it, copied only up to @size bytes (truncate on open/setattr; all if < 0). */
 int ovl_copy_up_size(struct ovl_node *n, off_t size);
+
+/*
+ * Like ovl_copy_up(), and a metacopy then names its data by an absolute
+ * redirect (else its data is copied up): before it moves to another name
+ * (rename, link, the subtree copy of a directory move). Returns 0 or -errno.
+ */
+int ovl_copy_up_movable(struct ovl_node *n);
+
+/* Copies the data of metacopy @n into its upper file (@size bytes at most, all if < 0; then truncated to @size). copyup_lock held. */
+int ovl_metacopy_copy_data(struct ovl_node *n, off_t size);
+
+/* True when the upper metacopy @upper_fd names its data by an absolute redirect (it can move anywhere). */
+bool ovl_metacopy_is_movable(int upper_fd);
+
+/* Copies @size bytes of @src_fd into @dst_fd (new and empty, or all holes). @sparse: keep the source's holes. Returns 0 or -errno. */
+int ovl_copy_data(int src_fd, int dst_fd, off_t size, bool sparse);
 
 /* Marks the upper dir @fd as holding entries with origin records (for d_ino in readdir). Best effort. */
 void ovl_mark_impure(int fd);

@@ -32,8 +32,10 @@ from conftest import build_path
 IMPL = os.environ.get("DRAFTFS_IMPL", "draftfs")
 KERNEL_OPTS = "redirect_dir=off,index=off,metacopy=off,xino=off"
 KERNEL_IMPL_OPTS = KERNEL_OPTS
-# Reading an upper written by someone else: follow redirects if there are any.
-KERNEL_VERIFY_OPTS = "redirect_dir=follow,index=off,metacopy=off,xino=off"
+# Reading an upper written by someone else: follow redirects, and metacopy
+# files (draftfs's copy-ups of metadata-only changes; the kernel insists on
+# redirect_dir=on with metacopy=on).
+KERNEL_VERIFY_OPTS = "redirect_dir=on,index=off,metacopy=on,xino=off"
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
                      "SUMMARY: UndefinedBehaviorSanitizer")
 

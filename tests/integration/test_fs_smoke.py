@@ -90,7 +90,7 @@ class Env:
 
     def kernel(self, mnt):
         o = (f"lowerdir={self.p('l1')}:{self.p('l2')},upperdir={self.p('u')},workdir={self.p('kw')},"
-             "redirect_dir=follow,index=off,metacopy=off,xino=off")
+             "redirect_dir=on,index=off,metacopy=on,xino=off")
         os.makedirs(self.p("kw"), exist_ok=True)
         subprocess.run(["mount", "-t", "overlay", "overlay", "-o", o, mnt], check=True)
         self.mounts.append(mnt)

@@ -80,6 +80,17 @@ static void test_basic(void)
 	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,uring=on,uring=auto", "/m", NULL);
 	is_int(r, 0, "uring=on,uring=auto parses: %s", err);
 	is_int(o.uring, OVL_URING_AUTO, "the last uring= wins");
+	ok(o.metacopy, "metacopy defaults to on");
+	ovl_options_free(&o);
+
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,metacopy=off", "/m", NULL);
+	is_int(r, 0, "metacopy=off parses: %s", err);
+	ok(!o.metacopy, "metacopy=off");
+	ovl_options_free(&o);
+
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,metacopy=off,metacopy", "/m", NULL);
+	is_int(r, 0, "metacopy=off,metacopy parses: %s", err);
+	ok(o.metacopy, "bare metacopy is on, the last one wins");
 	ovl_options_free(&o);
 }
 
@@ -92,6 +103,11 @@ static void test_errors(void)
 	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,bogus=1", "/m", NULL);
 	is_int(r, -EINVAL, "unknown option rejected");
 	ok(strstr(err, "'bogus=1'") != NULL, "error names the option: %s", err);
+	ovl_options_free(&o);
+
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,metacopy=maybe", "/m", NULL);
+	is_int(r, -EINVAL, "metacopy=maybe rejected");
+	ok(strstr(err, "metacopy 'maybe'") != NULL, "error names the value: %s", err);
 	ovl_options_free(&o);
 
 	r = parse(&o, err, "-o", "upperdir=/u,workdir=/w", "/m", NULL);
