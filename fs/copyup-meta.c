@@ -62,7 +62,7 @@ static int fill_upper(int ufd, int lfd, off_t size)
 		ncaps = fgetxattr(out, XATTR_CAPS, caps, (size_t)ncaps);
 	}
 
-	r = copy > 0 ? ovl_copy_data(in, out, copy, (off_t)lst.st_blocks * 512 < lst.st_size) : 0;
+	r = copy > 0 ? ovl_copy_data(in, out, copy, (off_t)lst.st_blocks * 512 < lst.st_size, ovl_fs->opt->fsync) : 0;
 	if (r >= 0 && ftruncate(out, size >= 0 ? size : ust.st_size) < 0)
 		r = -errno;
 	if (r >= 0 && ncaps > 0 && fsetxattr(out, XATTR_CAPS, caps, (size_t)ncaps, 0) < 0)

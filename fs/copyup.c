@@ -40,15 +40,21 @@ void ovl_tmp_name(char tmp[static 64])
 	snprintf(tmp, 64, "#draftfs-%d-%llu", p, (unsigned long long)atomic_fetch_add(&ovl_fs->tmp_seq, 1));
 }
 
+/* With @writeback, data is copied in chunks of this size, each sent to the disk once copied. */
+#define COPY_WRITEBACK_CHUNK ((off_t)64 << 20)
+
 /* Set once FICLONE failed with EOPNOTSUPP/ENOTTY: the upper fs cannot clone (it is the destination of every clone). */
 static atomic_bool clone_unsupported;
 
 /*
  * Copies @size bytes of @src_fd into @dst_fd, new and empty or all holes
  * (a metacopy). @sparse: the source may have holes (else it is copied in
- * one go, without SEEK_DATA / SEEK_HOLE probes). Returns 0 or -errno.
+ * one go, without SEEK_DATA / SEEK_HOLE probes). @writeback: the caller
+ * syncs the copy next, so start its writeback chunk by chunk as it goes
+ * (a durable copy of 1 GiB then costs about what an unsynced one does,
+ * instead of the copy plus a long fdatasync). Returns 0 or -errno.
  */
-int ovl_copy_data(int src_fd, int dst_fd, off_t size, bool sparse)
+int ovl_copy_data(int src_fd, int dst_fd, off_t size, bool sparse, bool writeback)
 {
 	off_t pos = 0, end = 0; /* end: where the data written so far ends */
 
@@ -83,7 +89,8 @@ int ovl_copy_data(int src_fd, int dst_fd, off_t size, bool sparse)
 		pos = data;
 		while (pos < hole) {
 			loff_t in = pos, out = pos;
-			ssize_t n = copy_file_range(src_fd, &in, dst_fd, &out, (size_t)(hole - pos), 0);
+			size_t len = (size_t)(writeback ? MIN(hole - pos, COPY_WRITEBACK_CHUNK) : hole - pos);
+			ssize_t n = copy_file_range(src_fd, &in, dst_fd, &out, len, 0);
 
 			if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) {
 				char buf[65536];
@@ -113,6 +120,9 @@ int ovl_copy_data(int src_fd, int dst_fd, off_t size, bool sparse)
 			}
 			if (n == 0)
 				break; /* source shorter than expected */
+			/* Start writing this chunk out while the next is copied: the caller's fdatasync then has little left to wait for. */
+			if (writeback)
+				(void)sync_file_range(dst_fd, pos, n, SYNC_FILE_RANGE_WRITE);
 			pos += n;
 			end = pos;
 		}
@@ -227,8 +237,10 @@ static int create_copy(int dir, const char *name, const struct copy_spec *c)
 			if (data != c->src && fstat(in, &dst) < 0)
 				return -errno;
 			/* Fully allocated: no hole to keep, copy without SEEK_DATA/SEEK_HOLE probes. */
-			r = ovl_copy_data(in, fd, size, data != c->src ? (off_t)dst.st_blocks * 512 < dst.st_size
-								   : (off_t)st->st_blocks * 512 < st->st_size);
+			r = ovl_copy_data(in, fd, size,
+					  data != c->src ? (off_t)dst.st_blocks * 512 < dst.st_size
+							 : (off_t)st->st_blocks * 512 < st->st_size,
+					  ovl_fs->opt->fsync);
 			if (r < 0)
 				return r;
 			/*

@@ -428,8 +428,12 @@ int ovl_metacopy_copy_data(struct ovl_node *n, off_t size);
 /* True when the upper metacopy @upper_fd names its data by an absolute redirect (it can move anywhere). */
 bool ovl_metacopy_is_movable(int upper_fd);
 
-/* Copies @size bytes of @src_fd into @dst_fd (new and empty, or all holes). @sparse: keep the source's holes. Returns 0 or -errno. */
-int ovl_copy_data(int src_fd, int dst_fd, off_t size, bool sparse);
+/*
+ * Copies @size bytes of @src_fd into @dst_fd (new and empty, or all holes).
+ * @sparse: keep the source's holes; @writeback: start writing each chunk
+ * out as it is copied (the caller fdatasyncs next). Returns 0 or -errno.
+ */
+int ovl_copy_data(int src_fd, int dst_fd, off_t size, bool sparse, bool writeback);
 
 /* Marks the upper dir @fd as holding entries with origin records (for d_ino in readdir). Best effort. */
 void ovl_mark_impure(int fd);
