@@ -814,8 +814,30 @@ static const char *origin_for(const struct ovl_res *res, char *buf, size_t size)
 	return buf;
 }
 
-/* Copies the merged children of stack @s into the (work) directory @dst. */
-static int copy_children(const struct ovl_stack *s, int dst)
+/*
+ * The redirect a copy of the lower regular file @res (view path @path) can
+ * carry to be a metacopy instead of a copy of its data, or NULL (see
+ * metacopy_path()).
+ */
+static const char *tree_metacopy_path(const struct ovl_res *res, const char *path)
+{
+	struct stat st;
+
+	if (!ovl_fs->opt->metacopy || res->upper_fd >= 0 || res->lower_fd < 0 || !S_ISREG(res->st.st_mode) ||
+	    res->st.st_size == 0 || strlen(path) + 1 > OVL_MC_REDIRECT_MAX)
+		return NULL;
+	if (ovl_lower_stat_abs(path, &st) < 0 || st.st_dev != res->st.st_dev || st.st_ino != res->st.st_ino)
+		return NULL;
+	return path;
+}
+
+/*
+ * Copies the merged children of stack @s into the (work) directory @dst.
+ * @path (PATH_MAX bytes, @len used; -1: too long to name) is the view path
+ * of the directory; lower files become metacopies of their data there, when
+ * a redirect can name it.
+ */
+static int copy_children(const struct ovl_stack *s, int dst, char *path, ssize_t len)
 {
 	struct ovl_dirent *ents = NULL;
 	size_t n = 0;
@@ -827,6 +849,7 @@ static int copy_children(const struct ovl_stack *s, int dst)
 	for (size_t i = 0; i < n && r >= 0; i++) {
 		const char *name = ents[i].name;
 		struct copy_spec spec;
+		ssize_t clen;
 		char obuf[256];
 		const char *origin;
 		struct ovl_res res;
@@ -849,6 +872,15 @@ static int copy_children(const struct ovl_stack *s, int dst)
 		origin = origin_for(&res, obuf, sizeof(obuf));
 		spec = (struct copy_spec){ .src = top, .data = res.metacopy ? res.lower_fd : -1, .st = &res.st, .size = -1,
 					   .origin = origin };
+		clen = len < 0 ? -1 : len + (len > 0) + (ssize_t)strlen(name);
+		if (clen >= PATH_MAX)
+			clen = -1;
+		if (clen >= 0) {
+			if (len > 0)
+				path[len] = '/';
+			strcpy(path + clen - strlen(name), name);
+			spec.redirect = tree_metacopy_path(&res, path);
+		}
 		r = create_copy(dst, name, &spec);
 		if (r >= 0 && S_ISDIR(res.st.st_mode)) {
 			_cleanup_close_ int cfd = openat(dst, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -859,7 +891,7 @@ static int copy_children(const struct ovl_stack *s, int dst)
 			} else {
 				ovl_mark_impure(cfd);
 				ovl_res_stack(&res, &cs);
-				r = copy_children(&cs, cfd);
+				r = copy_children(&cs, cfd, path, clen);
 				if (r >= 0)
 					r = set_times_at(dst, name, &res.st);
 			}
@@ -900,8 +932,16 @@ int ovl_copy_tree_tmp(struct ovl_node *dir, char tmp[static 64])
 		cfd = openat(fs->workwork_fd, tmp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		r = cfd < 0 ? -errno : 0;
 	}
-	if (r >= 0)
-		r = copy_children(&s, cfd);
+	if (r >= 0) {
+		char path[PATH_MAX];
+		_cleanup_free_ char *p = NULL;
+
+		/* Lower files below become metacopies named from the lower roots by their view path. */
+		path[0] = '\0';
+		if (ovl_node_path(dir, &p) >= 0 && strlen(p) < PATH_MAX)
+			strcpy(path, p);
+		r = copy_children(&s, cfd, path, p && strlen(p) < PATH_MAX ? (ssize_t)strlen(path) : -1);
+	}
 	if (r >= 0)
 		r = ovl_fsetxattr(cfd, OVL_XATTR_OPAQUE, "y", 1, 0);
 	if (r >= 0)

@@ -171,6 +171,10 @@ def test_rename_and_link_keep_their_data(fsenv):
     os.utime(os.path.join(v, "src", "b.bin"))
     os.rename(os.path.join(v, "src"), os.path.join(v, "src2"))  # a merged dir: moved as a copy
     assert_metacopy(os.path.join(m.upper, "dst", "moved.bin"), "/src/a.bin")
+    # The moved dir's lower files are metacopies too (no data copied), its upper ones are linked.
+    assert_metacopy(os.path.join(m.upper, "src2", "c.bin"), "/src/c.bin")
+    assert_metacopy(os.path.join(m.upper, "src2", "b.bin"), "/src/b.bin")
+    assert xattr(os.path.join(m.upper, "src2", "small.txt"), REDIRECT) == b"/src/small.txt"
     assert not os.path.exists(os.path.join(v, "src"))
     for path, seed in (("dst/moved.bin", 1), ("dst/linked.bin", 1), ("src2/b.bin", 2), ("src2/c.bin", 3)):
         assert read(os.path.join(v, path)) == data(seed), path
@@ -195,6 +199,8 @@ def test_rename_and_link_keep_their_data(fsenv):
     k = fsenv.mount("kernel", [lower], upper=m.upper, opts=KERNEL_VERIFY_OPTS)
     assert read(os.path.join(k.path, "dst", "moved.bin")) == b"HEAD" + data(1)[4:]
     assert read(os.path.join(k.path, "src2", "b.bin")) == data(2)
+    assert read(os.path.join(k.path, "src2", "c.bin")) == data(3)
+    assert read(os.path.join(k.path, "src2", "small.txt")) == b"small\n"
 
 
 def test_metacopy_off_copies_data(fsenv):
