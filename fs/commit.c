@@ -267,7 +267,7 @@ static void check_conflicts(struct commit *cm, cJSON **list)
 				if (!cm->all_changes) {
 					struct ovl_sel all = { 0 };
 
-					(void)ovl_diff_compute(cm->env->layers, &all, 0, &cm->all_changes);
+					(void)ovl_diff_compute(cm->env->layers, &all, 0, &cm->all_changes, NULL);
 					if (cm->all_changes)
 						all_idx = ino_index(cm->all_changes, &n_all_idx);
 				}
@@ -1139,7 +1139,7 @@ static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 			return ovl_ctl_error(ret_error, r, "io", NULL, "cannot write the commit journal");
 	}
 	ovl_fault_point("journal");
-	prefetch = ovl_prefetch_start(l->upper_fd, cm->changes);
+	prefetch = ovl_prefetch_start(l, cm->changes);
 	for (i = 0; i < cm->changes->n; i++) {
 		const struct ovl_change *e = &cm->changes->v[i];
 
@@ -1285,11 +1285,9 @@ int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, con
 
 	if (live)
 		live->quiesce(live->userdata, true);
-	r = ovl_diff_compute(env->layers, sel, OVL_DIFF_ORIGINS, &changes);
-	if (r < 0) {
-		r = ovl_ctl_error(ret_error, r, "io", NULL, "cannot compute the changes");
+	r = ovl_diff_compute(env->layers, sel, OVL_DIFF_ORIGINS, &changes, ret_error);
+	if (r < 0)
 		goto out;
-	}
 	cm.changes = changes;
 	if (!recovering) {
 		r = ovl_diff_check_selection(env->layers, sel, changes, ret_error);

@@ -299,11 +299,9 @@ int ovl_op_discard(const struct ovl_ctl_env *env, char *const *paths, cJSON **re
 		return -ENOMEM;
 	if (env->live)
 		env->live->quiesce(env->live->userdata, true);
-	r = ovl_diff_compute(l, &sel, 0, &c);
-	if (r < 0) {
-		r = ovl_ctl_error(ret_error, r, "io", NULL, "cannot compute the changes");
+	r = ovl_diff_compute(l, &sel, OVL_DIFF_LENIENT, &c, ret_error);
+	if (r < 0)
 		goto out;
-	}
 	r = ovl_diff_check_selection(l, &sel, c, ret_error);
 	if (r < 0)
 		goto out;

@@ -58,10 +58,9 @@ int ovl_op_diff(const struct ovl_ctl_env *env, enum ovl_diff_format format, char
 	r = ovl_sel_parse(paths, &sel, ret_error);
 	if (r < 0)
 		return r;
-	r = ovl_diff_compute(env->layers, &sel, 0, &c);
+	r = ovl_diff_compute(env->layers, &sel, 0, &c, ret_error);
 	if (r < 0)
-		return ovl_ctl_error(ret_error, r, "io", NULL, "cannot compute the changes of '%s'",
-		                     env->layers->mountpoint ?: "session");
+		return r;
 	r = ovl_diff_check_selection(env->layers, &sel, c, ret_error);
 	if (r < 0)
 		return r;
@@ -105,9 +104,9 @@ int ovl_op_status(const struct ovl_ctl_env *env, cJSON **ret_result, cJSON **ret
 	cJSON *lowers;
 	int r;
 
-	r = ovl_diff_compute(env->layers, &all, 0, &c);
+	r = ovl_diff_compute(env->layers, &all, OVL_DIFF_LENIENT, &c, ret_error);
 	if (r < 0)
-		return ovl_ctl_error(ret_error, r, "io", NULL, "cannot compute the changes");
+		return r;
 	r = dir_usage_at(env->layers->upper_fd, &inodes, &bytes);
 	if (r < 0)
 		return ovl_ctl_error(ret_error, r, "io", NULL, "cannot walk the upper layer");

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
  * Implementation of ctl-util.h: errors, path selections, overlay predicates,
- * xattrs, consistent file snapshots and the crash-test fault hook.
+ * xattrs, copies and the crash-test fault hook (snapshots of upper content:
+ * ctl-data.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -334,73 +335,6 @@ bool ovl_xattrs_equal(char **a, char **b)
 	return !a[i] && !b[i];
 }
 
-static bool stat_same(const struct stat *a, const struct stat *b)
-{
-	return a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
-	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec && a->st_ctim.tv_sec == b->st_ctim.tv_sec &&
-	       a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
-}
-
-static int read_once(int fd, size_t max, char **ret, size_t *ret_size, bool *ret_stable)
-{
-	struct stat before, after;
-	char *buf = NULL;
-	size_t size = 0;
-	int r;
-
-	if (fstat(fd, &before) < 0)
-		return -errno;
-	if (lseek(fd, 0, SEEK_SET) < 0)
-		return -errno;
-	r = read_full_fd(fd, max, &buf, &size);
-	if (r < 0)
-		return r;
-	if (fstat(fd, &after) < 0) {
-		r = -errno;
-		free(buf);
-		return r;
-	}
-	*ret_stable = stat_same(&before, &after) && (off_t)size == after.st_size;
-	*ret = buf;
-	*ret_size = size;
-	return 0;
-}
-
-int ovl_snapshot_read(int dir_fd, const char *name, const struct ovl_live *live, size_t max, char **ret,
-                      size_t *ret_size)
-{
-	_cleanup_close_ int fd = -1;
-	char *buf = NULL;
-	size_t size = 0;
-	bool stable = false;
-	int r;
-
-	fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0)
-		return -errno;
-	for (int tries = 0; tries < 3; tries++) {
-		r = read_once(fd, max, &buf, &size, &stable);
-		if (r < 0)
-			return r;
-		if (stable || !live) {
-			*ret = buf;
-			*ret_size = size;
-			return 0;
-		}
-		free(buf);
-		buf = NULL;
-	}
-	/* Writers keep changing it: read once with them held back. */
-	live->quiesce(live->userdata, true);
-	r = read_once(fd, max, &buf, &size, &stable);
-	live->quiesce(live->userdata, false);
-	if (r < 0)
-		return r;
-	*ret = buf;
-	*ret_size = size;
-	return 0;
-}
-
 int ovl_copy_fd(int in_fd, int out_fd, uint64_t size)
 {
 	loff_t off = 0;
@@ -436,51 +370,6 @@ int ovl_copy_fd(int in_fd, int out_fd, uint64_t size)
 		}
 	}
 	return 0;
-}
-
-int ovl_snapshot_tmpfile(int dir_fd, const char *name, const struct ovl_live *live, int tmp_dir_fd, int *ret_fd,
-                         struct stat *ret_st)
-{
-	_cleanup_close_ int fd = -1;
-	struct stat before, after;
-	int r;
-
-	fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0)
-		return -errno;
-	for (int tries = 0; tries < 4; tries++) {
-		_cleanup_close_ int tmp = -1;
-		bool held = live && tries == 3;
-
-		tmp = openat(tmp_dir_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-		if (tmp < 0)
-			return -errno;
-		if (held)
-			live->quiesce(live->userdata, true);
-		if (fstat(fd, &before) < 0)
-			r = -errno;
-		else
-			r = ovl_copy_fd(fd, tmp, (uint64_t)before.st_size);
-		if (r >= 0 && fstat(fd, &after) < 0)
-			r = -errno;
-		if (held)
-			live->quiesce(live->userdata, false);
-		if (r < 0)
-			return r;
-		if (!held && live && !stat_same(&before, &after))
-			continue;
-		if (fstat(tmp, ret_st) < 0)
-			return -errno;
-		ret_st->st_mode = after.st_mode;
-		ret_st->st_uid = after.st_uid;
-		ret_st->st_gid = after.st_gid;
-		ret_st->st_mtim = after.st_mtim;
-		if (lseek(tmp, 0, SEEK_SET) < 0)
-			return -errno;
-		*ret_fd = TAKE_FD(tmp);
-		return 0;
-	}
-	return -EBUSY;
 }
 
 void ovl_fault_point(const char *what)

@@ -2,8 +2,8 @@
 /*
  * Shared helpers of the control plane: the environment an operation runs in
  * (layers + the core's callbacks, or none offline), structured errors, path
- * selections, overlay-format predicates, xattrs and consistent snapshots of
- * files that writers may be changing.
+ * selections, overlay-format predicates, xattrs and copies (the content of
+ * upper files, snapshots of it included: ctl-data.h).
  */
 #pragma once
 
@@ -116,20 +116,6 @@ bool ovl_xattrs_equal(char **a, char **b);
 
 /* True if xattr @name is one we never treat as content (trusted.overlay.*, trusted.draftbox.*). */
 bool ovl_xattr_is_internal(const char *name);
-
-/*
- * A consistent snapshot of a regular file that writers may be changing.
- * Reads @name in @dir_fd into memory; if its size, mtime or ctime moved
- * while reading, retries, and after a few tries reads once more with the
- * writers quiesced (@live may be NULL). @max bounds the size (-EFBIG).
- * Returns 0 and *ret / *ret_size (free() it) or -errno.
- */
-int ovl_snapshot_read(int dir_fd, const char *name, const struct ovl_live *live, size_t max, char **ret,
-                      size_t *ret_size);
-
-/* Same as ovl_snapshot_read() but copies into an unnamed temp file in @tmp_dir_fd and returns its fd positioned at 0. */
-int ovl_snapshot_tmpfile(int dir_fd, const char *name, const struct ovl_live *live, int tmp_dir_fd, int *ret_fd,
-                         struct stat *ret_st);
 
 /* Copies all of @in_fd (from offset 0) to @out_fd (current position). Returns 0 or -errno. */
 int ovl_copy_fd(int in_fd, int out_fd, uint64_t size);

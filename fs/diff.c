@@ -4,7 +4,9 @@
  * each upper entry looked up in the lower stack of its directory. Bytes are
  * compared only for regular files that exist on both sides with the same
  * size, so that a copy-up without a real change (open O_RDWR and close, or
- * touch and restore the mtime) is not reported.
+ * touch and restore the mtime) is not reported. A metacopy's content is
+ * its lower data file: when that is the very lower entry it shadows (a
+ * chmod, chown or touch of a lower file), nothing is read at all.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -14,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ctl-data.h"
 #include "diff.h"
 #include "fdpath.h"
 #include "json-util.h"
@@ -23,6 +26,7 @@ struct walk {
 	const struct ovl_sel *sel;
 	unsigned flags;
 	struct ovl_changes *out;
+	cJSON *error; /* the error object of a failure that names its path */
 };
 
 void ovl_lstack_done(struct ovl_lstack *s)
@@ -199,6 +203,7 @@ static void change_done(struct ovl_change *c)
 	free(c->old.target);
 	free(c->new.target);
 	free(c->origin);
+	free(c->data_path);
 }
 
 void ovl_changes_free(struct ovl_changes *c)
@@ -275,9 +280,12 @@ static int set_old(struct ovl_change *c, const struct stat *lst, int layer, cons
 	return meta_fill(&c->old, lst, -1, name);
 }
 
+/* Fills the new side of @c from upper entry @ust of @upper_dir_fd/@name, whose data @loc (NULL: not a file) tells. */
 static int set_new(const struct walk *w, struct ovl_change *c, const struct stat *ust, int upper_dir_fd,
-                   const char *name)
+                   const char *name, struct ovl_data_loc *loc)
 {
+	int r;
+
 	c->new_type = ovl_ftype_from_mode(ust->st_mode);
 	c->own_upper = true;
 	if (w->flags & OVL_DIFF_ORIGINS) {
@@ -288,16 +296,26 @@ static int set_new(const struct walk *w, struct ovl_change *c, const struct stat
 			c->origin = origin;
 		}
 	}
-	return meta_fill(&c->new, ust, upper_dir_fd, name);
+	r = meta_fill(&c->new, ust, upper_dir_fd, name);
+	if (r < 0 || !loc || !loc->metacopy)
+		return r;
+	c->metacopy = true;
+	if (loc->path) {
+		c->new.size = loc->st.st_size;
+		c->data_layer = loc->layer;
+		c->data_path = TAKE_PTR(loc->path);
+	}
+	return 0;
 }
 
 /* Fills both sides of @c: the lower entry @lst and the upper entry @ust, both named @name. */
 static int set_both(const struct walk *w, struct ovl_change *c, const struct stat *lst, int layer,
-                    const struct ovl_lstack *ls, const struct stat *ust, int upper_dir_fd, const char *name)
+                    const struct ovl_lstack *ls, const struct stat *ust, int upper_dir_fd, const char *name,
+                    struct ovl_data_loc *loc)
 {
 	int r = set_old(c, lst, layer, ls, name);
 
-	return r < 0 ? r : set_new(w, c, ust, upper_dir_fd, name);
+	return r < 0 ? r : set_new(w, c, ust, upper_dir_fd, name, loc);
 }
 
 static int cmp_names(const void *a, const void *b)
@@ -448,17 +466,11 @@ static int walk_deleted(struct walk *w, const char *dirpath, const struct ovl_ls
 	return 0;
 }
 
-static int files_equal(int dfd_a, const char *a, int dfd_b, const char *b)
+/* 1 if the files open as @fa and @fb (read from their current offsets) hold the same bytes, 0 if not, or -errno. */
+static int fds_equal(int fa, int fb)
 {
-	_cleanup_close_ int fa = -1, fb = -1;
 	static __thread char ba[65536], bb[65536];
 
-	fa = openat(dfd_a, a, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fa < 0)
-		return -errno;
-	fb = openat(dfd_b, b, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fb < 0)
-		return -errno;
 	for (;;) {
 		ssize_t na = read(fa, ba, sizeof(ba)), nb, got = 0;
 
@@ -479,6 +491,27 @@ static int files_equal(int dfd_a, const char *a, int dfd_b, const char *b)
 		if (memcmp(ba, bb, (size_t)na) != 0)
 			return 0;
 	}
+}
+
+/*
+ * Compares the content of upper file @name of @ufd (its data as @loc
+ * says) with lower file @name of @lfd. Returns 1 if equal, 0 if not, or
+ * -errno.
+ */
+static int files_equal(const struct walk *w, int ufd, const char *name, const struct ovl_data_loc *loc, int lfd)
+{
+	_cleanup_close_ int fa = -1, fb = -1;
+
+	if (loc->metacopy)
+		fa = ovl_upper_data_open(w->layers, loc, O_NONBLOCK, NULL);
+	else
+		fa = openat(ufd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fa < 0)
+		return loc->metacopy ? fa : -errno;
+	fb = openat(lfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fb < 0)
+		return -errno;
+	return fds_equal(fa, fb);
 }
 
 static int xattrs_differ(int dfd_a, const char *a, int dfd_b, const char *b)
@@ -507,9 +540,12 @@ static int lower_fd_of(const struct ovl_lstack *ls, int layer)
  * Compares the upper entry with the lower one of the same type. Sets
  * *content / *meta. Directories: mode and owner and xattrs only (their
  * mtime moves with every entry added, which is not a change of its own).
+ * Regular files: @loc tells where the upper content is; a metacopy of the
+ * very lower file it shadows has the same content, unread.
  */
-static int compare_same_type(int ufd, const char *name, const struct stat *ust, int lfd, const struct stat *lst,
-                             bool *content, bool *meta)
+static int compare_same_type(const struct walk *w, int ufd, const char *name, const struct stat *ust,
+                             const struct ovl_data_loc *loc, int lfd, const struct stat *lst, bool *content,
+                             bool *meta)
 {
 	int r;
 
@@ -519,10 +555,16 @@ static int compare_same_type(int ufd, const char *name, const struct stat *ust, 
 		*meta = *meta || ust->st_mtim.tv_sec != lst->st_mtim.tv_sec ||
 		        ust->st_mtim.tv_nsec != lst->st_mtim.tv_nsec;
 	if (S_ISREG(ust->st_mode)) {
-		if (ust->st_size != lst->st_size) {
+		off_t size = loc->metacopy ? loc->st.st_size : ust->st_size;
+
+		if (loc->metacopy && !loc->path) {
+			*content = true; /* OVL_DIFF_LENIENT: the data is gone */
+		} else if (loc->metacopy && loc->st.st_dev == lst->st_dev && loc->st.st_ino == lst->st_ino) {
+			*content = false;
+		} else if (size != lst->st_size) {
 			*content = true;
 		} else {
-			r = files_equal(ufd, name, lfd, name);
+			r = files_equal(w, ufd, name, loc, lfd);
 			if (r < 0)
 				return r;
 			*content = r == 0;
@@ -552,6 +594,28 @@ static int compare_same_type(int ufd, const char *name, const struct stat *ust, 
 static int walk_upper(struct walk *w, const char *dirpath, int ufd, const struct ovl_lstack *ls, bool opaque);
 
 /*
+ * Where the content of upper regular file @name (at @path) is. Under
+ * OVL_DIFF_LENIENT a metacopy whose data is gone or unreadable is
+ * still a metacopy, with no data path.
+ */
+static int locate_data(struct walk *w, int ufd, const char *name, const char *path, struct ovl_data_loc *loc)
+{
+	_cleanup_json_ cJSON *err = NULL;
+	int r;
+
+	r = ovl_upper_data_locate(w->layers, ufd, name, path, loc, &err);
+	if (r >= 0)
+		return 0;
+	if ((w->flags & OVL_DIFF_LENIENT) && (r == -EIO || r == -EBADMSG)) {
+		*loc = (struct ovl_data_loc){ .metacopy = true, .layer = -1 };
+		return 0;
+	}
+	cJSON_Delete(w->error);
+	w->error = TAKE_PTR(err);
+	return r;
+}
+
+/*
  * @hidden: an ancestor (or the parent) is an opaque upper dir, so no lower
  * content is visible at this depth: lower names missing from an upper dir
  * here are deletions, whatever the dir's own flag says (overlayfs stops
@@ -562,6 +626,7 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 {
 	_cleanup_lstack_ struct ovl_lstack child = { 0 };
 	_cleanup_free_ char *path = ovl_path_join(dirpath, name);
+	_cleanup_data_loc_ struct ovl_data_loc loc = { 0 };
 	struct ovl_lstack empty = { 0 };
 	enum ovl_sel_match m;
 	struct ovl_change *c = NULL;
@@ -589,7 +654,7 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 			if (r < 0)
 				return r;
 			c->content = true;
-			r = set_both(w, c, &lst, layer, ls, &ust, ufd, name);
+			r = set_both(w, c, &lst, layer, ls, &ust, ufd, name, NULL);
 			c->new_type = OVL_FT_NONE;
 			free(c->new.target);
 			/* keep when the session deleted it (the whiteout's ctime), for conflict checks */
@@ -617,7 +682,8 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 					return r;
 				c->content = true;
 				c->upper_opaque = opq;
-				r = found ? set_both(w, c, &lst, layer, ls, &ust, ufd, name) : set_new(w, c, &ust, ufd, name);
+				r = found ? set_both(w, c, &lst, layer, ls, &ust, ufd, name, NULL)
+				          : set_new(w, c, &ust, ufd, name, NULL);
 				if (r < 0)
 					return r;
 			}
@@ -626,7 +692,7 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 		if (m == OVL_SEL_INSIDE) {
 			bool content, meta;
 
-			r = compare_same_type(ufd, name, &ust, lower_fd_of(ls, layer), &lst, &content, &meta);
+			r = compare_same_type(w, ufd, name, &ust, &loc, lower_fd_of(ls, layer), &lst, &content, &meta);
 			if (r < 0)
 				return r;
 			if (meta || opq) {
@@ -635,7 +701,7 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 					return r;
 				c->metadata = meta;
 				c->upper_opaque = opq;
-				r = set_both(w, c, &lst, layer, ls, &ust, ufd, name);
+				r = set_both(w, c, &lst, layer, ls, &ust, ufd, name, NULL);
 				if (r < 0)
 					return r;
 			}
@@ -645,19 +711,24 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 
 	if (m != OVL_SEL_INSIDE)
 		return 0;
+	if (S_ISREG(ust.st_mode)) {
+		r = locate_data(w, ufd, name, path, &loc);
+		if (r < 0)
+			return r;
+	}
 	if (!found) {
 		r = add_change(w, path, OVL_ADDED, &c);
 		if (r < 0)
 			return r;
 		c->content = true;
-		return set_new(w, c, &ust, ufd, name);
+		return set_new(w, c, &ust, ufd, name, &loc);
 	}
 	if (S_ISDIR(lst.st_mode) || (ust.st_mode & S_IFMT) != (lst.st_mode & S_IFMT)) {
 		r = add_change(w, path, OVL_TYPE_CHANGED, &c);
 		if (r < 0)
 			return r;
 		c->content = true;
-		r = set_both(w, c, &lst, layer, ls, &ust, ufd, name);
+		r = set_both(w, c, &lst, layer, ls, &ust, ufd, name, &loc);
 		if (r < 0)
 			return r;
 		if (S_ISDIR(lst.st_mode))
@@ -667,7 +738,7 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 	{
 		bool content, meta;
 
-		r = compare_same_type(ufd, name, &ust, lower_fd_of(ls, layer), &lst, &content, &meta);
+		r = compare_same_type(w, ufd, name, &ust, &loc, lower_fd_of(ls, layer), &lst, &content, &meta);
 		if (r < 0)
 			return r;
 		if (!content && !meta)
@@ -677,7 +748,7 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 			return r;
 		c->content = content;
 		c->metadata = meta;
-		return set_both(w, c, &lst, layer, ls, &ust, ufd, name);
+		return set_both(w, c, &lst, layer, ls, &ust, ufd, name, &loc);
 	}
 }
 
@@ -772,27 +843,37 @@ static int cmp_change(const void *a, const void *b)
 }
 
 int ovl_diff_compute(const struct ovl_layers *layers, const struct ovl_sel *sel, unsigned flags,
-                     struct ovl_changes **ret)
+                     struct ovl_changes **ret, cJSON **ret_error)
 {
 	_cleanup_(ovl_changes_freep) struct ovl_changes *out = NULL;
 	_cleanup_lstack_ struct ovl_lstack root = { 0 };
 	_cleanup_close_ int ufd = -1;
-	struct walk w;
+	struct walk w = { 0 };
 	int r;
 
 	out = calloc(1, sizeof(*out));
 	if (!out)
 		return -ENOMEM;
 	r = ovl_lstack_root(layers, &root);
-	if (r < 0)
+	if (r >= 0) {
+		ufd = openat(layers->upper_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (ufd < 0)
+			r = -errno;
+	}
+	if (r >= 0) {
+		w = (struct walk){ .layers = layers, .sel = sel, .flags = flags, .out = out };
+		r = walk_upper(&w, "", ufd, &root, ovl_dir_is_opaque(ufd));
+	}
+	if (r < 0 && w.error && ret_error) {
+		/* a path at fault, named */
+		cJSON_Delete(*ret_error);
+		*ret_error = TAKE_PTR(w.error);
 		return r;
-	ufd = openat(layers->upper_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (ufd < 0)
-		return -errno;
-	w = (struct walk){ .layers = layers, .sel = sel, .flags = flags, .out = out };
-	r = walk_upper(&w, "", ufd, &root, ovl_dir_is_opaque(ufd));
+	}
+	cJSON_Delete(w.error);
 	if (r < 0)
-		return r;
+		return ovl_ctl_error(ret_error, r, "io", NULL, "cannot compute the changes of '%s'",
+		                     layers->mountpoint ?: "the session");
 	if (out->n > 1)
 		qsort(out->v, out->n, sizeof(out->v[0]), cmp_change);
 	for (size_t i = 0; i < out->n; i++) {

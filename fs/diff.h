@@ -4,7 +4,8 @@
  * computed by one readdir + fstatat walk of upper, looking each upper entry
  * up in the lower stack (whiteouts and opaque dirs of lower layers
  * honoured). The output formats (JSON, git patch, OCI tar) and commit all
- * work from it.
+ * work from it. The content of a metacopy is its lower data file
+ * (ctl-data.h).
  */
 #pragma once
 
@@ -58,6 +59,15 @@ struct ovl_change {
 	bool upper_opaque;  /* upper is an opaque dir */
 	bool has_origin;    /* upper carries trusted.draftbox.origin */
 	char *origin;       /* its raw value */
+	/*
+	 * The new side is a metacopy (ctl-data.h): its content is the lower
+	 * file @data_path of layer @data_layer, new.size is that file's size.
+	 * data_path is NULL only under OVL_DIFF_LENIENT, for a metacopy
+	 * whose data is gone (content is then true).
+	 */
+	bool metacopy;
+	char *data_path;
+	int data_layer;
 };
 
 struct ovl_summary {
@@ -73,15 +83,22 @@ struct ovl_changes {
 
 enum {
 	OVL_DIFF_ORIGINS = 1 << 0, /* read trusted.draftbox.origin of each change (commit's conflict check) */
+	/*
+	 * A metacopy whose data is missing or whose redirect is malformed is a
+	 * content change (data_path NULL), not an error: for recovery (a
+	 * commit may have changed the data already), discard and status.
+	 */
+	OVL_DIFF_LENIENT = 1 << 1,
 };
 
 /*
  * Computes the change list of @layers restricted to @sel, sorted with
  * ovl_path_cmp. @flags: OVL_DIFF_*. Returns 0 and *ret (free with
- * ovl_changes_free) or -errno.
+ * ovl_changes_free) or -errno with *ret_error (may be NULL) set: code
+ * "io", naming the path when a metacopy's data cannot be found.
  */
 int ovl_diff_compute(const struct ovl_layers *layers, const struct ovl_sel *sel, unsigned flags,
-                     struct ovl_changes **ret);
+                     struct ovl_changes **ret, cJSON **ret_error);
 
 /* Frees a change list. Accepts NULL. */
 void ovl_changes_free(struct ovl_changes *c);

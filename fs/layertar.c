@@ -11,6 +11,8 @@
  * Each file's content is first copied into an unnamed temp file (a
  * consistent snapshot, see ovl_snapshot_tmpfile) so the size in the header
  * always matches the bytes that follow, even while writers keep writing.
+ * A metacopy's content is its lower data file; overlay-private xattrs
+ * (trusted.overlay.*, trusted.draftbox.*) never go into the tar.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -23,6 +25,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "ctl-data.h"
 #include "fdpath.h"
 #include "layertar.h"
 #include "prefetch.h"
@@ -300,7 +303,7 @@ static int write_upper_entry(struct tarw *t, int dir_fd, const char *name, const
 	default:
 		return 0; /* sockets have no tar form */
 	}
-	r = ovl_snapshot_tmpfile(dir_fd, name, t->env->live, t->tmp_dir_fd, &tmp, &snap);
+	r = ovl_snapshot_tmpfile(t->env->layers, dir_fd, name, path, t->env->live, t->tmp_dir_fd, &tmp, &snap);
 	if (r < 0)
 		return r;
 	e.type = '0';
@@ -370,7 +373,7 @@ int ovl_layertar_write(const struct ovl_ctl_env *env, const struct ovl_changes *
 	t->env = env;
 	t->fd = fd;
 	t->tmp_dir_fd = env->layers->work_fd >= 0 ? env->layers->work_fd : env->layers->state_fd;
-	prefetch = ovl_prefetch_start(env->layers->upper_fd, c);
+	prefetch = ovl_prefetch_start(env->layers, c);
 	for (size_t i = 0; i < c->n && r >= 0; i++) {
 		const struct ovl_change *e = &c->v[i];
 		_cleanup_close_ int pfd = -1;

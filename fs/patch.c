@@ -20,6 +20,7 @@
 #include <git2/sys/odb_backend.h>
 #include <git2/sys/repository.h>
 
+#include "ctl-data.h"
 #include "fdpath.h"
 #include "patch.h"
 #include "prefetch.h"
@@ -65,8 +66,12 @@ static uint32_t git_mode(const struct ovl_meta *m)
 	return (m->mode & 0100) ? GIT_FILEMODE_BLOB_EXECUTABLE : GIT_FILEMODE_BLOB;
 }
 
-/* Adds the blob of one side of an entry to @idx. @layer_fd: the layer root holding it. */
-static int add_side(git_odb *odb, git_index *idx, const struct ovl_ctl_env *env, int layer_fd, bool live_side,
+/*
+ * Adds the blob of one side of an entry to @idx. @layer_fd: the layer root
+ * holding it; @upper_side: it is the upper (writers may be writing, and a
+ * metacopy's content is its lower data).
+ */
+static int add_side(git_odb *odb, git_index *idx, const struct ovl_ctl_env *env, int layer_fd, bool upper_side,
                     const char *path, const struct ovl_meta *m)
 {
 	git_index_entry e = { 0 };
@@ -84,7 +89,8 @@ static int add_side(git_odb *odb, git_index *idx, const struct ovl_ctl_env *env,
 		pfd = openat_beneath_parent(layer_fd, path, &name);
 		if (pfd < 0)
 			return pfd;
-		r = ovl_snapshot_read(pfd, name, live_side ? env->live : NULL, PATCH_MAX_FILE, &buf, &size);
+		r = ovl_snapshot_read(upper_side ? env->layers : NULL, pfd, name, path, upper_side ? env->live : NULL,
+		                      PATCH_MAX_FILE, &buf, &size);
 		if (r < 0)
 			return r;
 		r = git_odb_write(&oid, odb, buf, size, GIT_OBJECT_BLOB);
@@ -153,7 +159,7 @@ int ovl_patch_write(const struct ovl_ctl_env *env, const struct ovl_changes *c, 
 	if (git_index_new(&old_idx) < 0 || git_index_new(&new_idx) < 0)
 		return -ENOMEM;
 
-	prefetch = ovl_prefetch_start(env->layers->upper_fd, c);
+	prefetch = ovl_prefetch_start(env->layers, c);
 	for (size_t i = 0; i < c->n; i++) {
 		const struct ovl_change *e = &c->v[i];
 		bool old_ok = e->old_type == OVL_FT_FILE || e->old_type == OVL_FT_SYMLINK;

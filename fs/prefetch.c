@@ -10,7 +10,9 @@
  * It only gives hints: nothing it does or fails to do changes what is
  * committed. Files are found below the upper with openat_beneath() (no
  * symlink is followed) as O_PATH, opened read-only only if they are
- * regular files, and closed at once.
+ * regular files, and closed at once. For a metacopy the hint goes to its
+ * data, the lower file the diff found, looked up below that layer's root
+ * the same way.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "control.h"
 #include "diff.h"
 #include "fdpath.h"
 #include "macro.h"
@@ -33,7 +36,7 @@
 
 struct ovl_prefetch {
 	pthread_t tid;
-	int upper_fd;
+	const struct ovl_layers *l;
 	const struct ovl_changes *c;
 	atomic_size_t done;  /* changes the stager has finished */
 	atomic_bool stop;
@@ -41,7 +44,15 @@ struct ovl_prefetch {
 
 static bool wanted(const struct ovl_change *e)
 {
-	return e->new_type == OVL_FT_FILE && e->content && e->new.size > 0;
+	return e->new_type == OVL_FT_FILE && e->content && e->new.size > 0 && (!e->metacopy || e->data_path);
+}
+
+/* An O_PATH fd of the file holding @e's data: below the upper, or a metacopy's below its lower layer. */
+static int data_path_fd(const struct ovl_layers *l, const struct ovl_change *e)
+{
+	if (e->metacopy)
+		return openat_beneath(l->lower_fds[e->data_layer], e->data_path, O_PATH, 0);
+	return openat_beneath(l->upper_fd, e->path, O_PATH, 0);
 }
 
 static void *prefetch_main(void *arg)
@@ -77,7 +88,7 @@ static void *prefetch_main(void *arg)
 		if (i < atomic_load(&p->done))
 			continue; /* the stager got there first */
 		/* O_PATH first: only a regular file is ever opened for reading (no device or FIFO open). */
-		pfd = openat_beneath(p->upper_fd, e->path, O_PATH, 0);
+		pfd = data_path_fd(p->l, e);
 		if (pfd < 0)
 			continue;
 		if (fstat(pfd, &st) < 0 || !S_ISREG(st.st_mode))
@@ -92,7 +103,7 @@ static void *prefetch_main(void *arg)
 	return NULL;
 }
 
-struct ovl_prefetch *ovl_prefetch_start(int upper_fd, const struct ovl_changes *c)
+struct ovl_prefetch *ovl_prefetch_start(const struct ovl_layers *l, const struct ovl_changes *c)
 {
 	struct ovl_prefetch *p;
 	size_t files = 0;
@@ -104,7 +115,7 @@ struct ovl_prefetch *ovl_prefetch_start(int upper_fd, const struct ovl_changes *
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return NULL;
-	p->upper_fd = upper_fd;
+	p->l = l;
 	p->c = c;
 	if (pthread_create(&p->tid, NULL, prefetch_main, p) != 0) {
 		free(p);

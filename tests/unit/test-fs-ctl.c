@@ -168,7 +168,7 @@ static void test_diff_and_commit(void)
 	l.state_fd = open(work, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	l.n_lower = 1;
 	l.lower_fds = &lfd;
-	ok(ovl_diff_compute(&l, &all, 0, &c) == 0, "diff computed");
+	ok(ovl_diff_compute(&l, &all, 0, &c, NULL) == 0, "diff computed");
 	if (c) {
 		const struct ovl_change *e;
 

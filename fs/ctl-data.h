@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The content of upper regular files, for the control plane. A full copy
+ * holds its own data; a metacopy (metacopy.h) holds only metadata, and its
+ * data is a regular file of the lower view: at the file's own path, at the
+ * path of an absolute redirect, or at a one-name relative redirect in the
+ * file's own parent. What reads an upper file's content (diff, patch,
+ * tar, prefetch) finds it here. Consistent snapshots of upper content
+ * while writers write live here too.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "control.h"
+#include "ctl-util.h"
+
+/* Where the content of an upper regular file is. */
+struct ovl_data_loc {
+	bool metacopy; /* false: the upper file holds its own data, the rest is unset */
+	char *path;    /* metacopy: the data's path in the lower view (new string) */
+	int layer;     /* metacopy: the lower layer holding it */
+	struct stat st; /* metacopy: the data file (lstat) */
+};
+
+/* Frees what @loc holds and resets it. */
+void ovl_data_loc_done(struct ovl_data_loc *loc);
+#define _cleanup_data_loc_ _cleanup_(ovl_data_loc_done)
+
+/*
+ * Finds the data of upper regular file @name of @dir_fd (any fd of the
+ * directory), whose path in the view is @path. Costs one getxattr for a
+ * file that is not a metacopy. Returns 0 and fills *ret (ret->metacopy
+ * tells which kind it is), or -errno: -EBADMSG for a malformed redirect,
+ * -EIO when the data is missing from the lower view or is not a regular
+ * file. On failure *ret_error (may be NULL) gets an "io" error naming
+ * @path. Never follows a symlink.
+ */
+int ovl_upper_data_locate(const struct ovl_layers *l, int dir_fd, const char *name, const char *path,
+                          struct ovl_data_loc *ret, cJSON **ret_error);
+
+/* Same as ovl_upper_data_locate() for an upper regular file already open as @fd (any fd, O_PATH too). */
+int ovl_upper_data_locate_fd(const struct ovl_layers *l, int fd, const char *path, struct ovl_data_loc *ret,
+                             cJSON **ret_error);
+
+/*
+ * Opens the lower data file of the metacopy @loc (from one of the
+ * locate functions) read-only with @flags added (O_CLOEXEC|O_NOCTTY
+ * always), below its layer root with openat_beneath() (no symlink is
+ * followed, nothing outside the layer is reached). It must still be the
+ * regular file that was located (-EIO otherwise). Returns the fd, with
+ * its stat in *ret_st (may be NULL), or -errno; -EINVAL when @loc is not
+ * a metacopy.
+ */
+int ovl_upper_data_open(const struct ovl_layers *l, const struct ovl_data_loc *loc, int flags, struct stat *ret_st);
+
+/*
+ * A consistent snapshot of the content of a regular file that writers may
+ * be changing: upper file @name of @dir_fd at view path @path, whose data
+ * may be a metacopy's lower file; with @l NULL a plain file read as it is
+ * (a lower layer's). Reads it into memory; if the (upper) file's size,
+ * mtime or ctime moved while reading, retries, and after a few tries reads
+ * once more with the writers quiesced (@live may be NULL). @max bounds the
+ * size (-EFBIG). Returns 0 and *ret / *ret_size (free() it) or -errno.
+ */
+int ovl_snapshot_read(const struct ovl_layers *l, int dir_fd, const char *name, const char *path,
+                      const struct ovl_live *live, size_t max, char **ret, size_t *ret_size);
+
+/*
+ * Same as ovl_snapshot_read() but copies into an unnamed temp file in
+ * @tmp_dir_fd and returns its fd positioned at 0, with *ret_st the temp
+ * file's stat carrying the upper file's mode, owner and mtime.
+ */
+int ovl_snapshot_tmpfile(const struct ovl_layers *l, int dir_fd, const char *name, const char *path,
+                         const struct ovl_live *live, int tmp_dir_fd, int *ret_fd, struct stat *ret_st);
