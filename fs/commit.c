@@ -5,10 +5,15 @@
  *
  *   check   change list of the selection; refuse conflicts, setuid/setgid,
  *           special files, security./trusted. xattrs, bad selections.
+ *   protect (partial commits) give their own data to the unselected upper
+ *           metacopies whose lower data this commit changes.
  *   intent  write the journal (fsync file + dir).
  *   stage   for every file/symlink: a temp file ".#draftfs.<hash>" in its
- *           target directory with the new content and metadata; dirs are
- *           created or updated; one syncfs() of the target at the end.
+ *           target directory with the new content and metadata (a
+ *           metacopy's content from its lower data file: all of it is
+ *           read here, before apply changes anything); dirs are created
+ *           or updated; one syncfs() of the target at the end; with
+ *           metacopies selected, the journal is marked "staged".
  *   apply   in path order: deletions (no symlink followed), renames of the
  *           temps over their names; one syncfs() of the target.
  *   prune   drop everything inside the selection from upper (whiteouts
@@ -35,6 +40,7 @@
 #include <unistd.h>
 
 #include "commit.h"
+#include "ctl-data.h"
 #include "ctl-ops.h"
 #include "diff.h"
 #include "fdpath.h"
@@ -82,6 +88,7 @@ struct commit {
 	char **remap_from, **remap_to;
 	size_t n_remap;
 	bool recovering; /* temps of an earlier try may be around */
+	bool keep_mc_temps; /* recovering a staged commit: the temps of metacopies are the data */
 	/*
 	 * The target directory each staged entry was written into, kept open
 	 * until its rename: apply renames within the very directory that was
@@ -95,6 +102,7 @@ struct commit {
 	cJSON *kept;
 	cJSON *committed;
 	cJSON *refused;   /* xattr refusals found while staging */
+	cJSON *materialized; /* unselected metacopies given their own data */
 	char **created;   /* target dirs created while staging, for a rollback */
 	size_t n_created;
 };
@@ -633,11 +641,59 @@ static int dir_set_meta(struct commit *cm, const struct ovl_change *e, int upfd,
 	return copy_xattrs(cm, e->path, ufd, fd);
 }
 
+/*
+ * Stages the regular file of change @e as @tmp in @dfd: its content (a
+ * metacopy's from its lower data), then owner, mode, xattrs and mtime of
+ * the upper file @uname of @upfd.
+ */
+static int stage_file(struct commit *cm, const struct ovl_change *e, int upfd, const char *uname, int dfd,
+                      const char *tmp, uid_t uid, gid_t gid)
+{
+	_cleanup_data_loc_ struct ovl_data_loc loc = { 0 };
+	_cleanup_close_ int in = -1, data = -1, out = -1;
+	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, { 0 } };
+	struct stat ist, dst;
+	int r;
+
+	in = openat(upfd, uname, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (in < 0)
+		return -errno;
+	if (fstat(in, &ist) < 0)
+		return -errno;
+	if (!S_ISREG(ist.st_mode))
+		return -EBUSY; /* replaced under us */
+	dst = ist;
+	r = ovl_upper_data_locate_fd(cm->env->layers, in, e->path, &loc, NULL);
+	if (r < 0)
+		return r;
+	if (loc.metacopy) {
+		data = ovl_upper_data_open(cm->env->layers, &loc, O_NONBLOCK, &dst);
+		if (data < 0)
+			return data;
+	}
+	out = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (out < 0 && errno == EEXIST && unlinkat(dfd, tmp, 0) == 0) /* left by an earlier failure */
+		out = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (out < 0)
+		return -errno;
+	r = ovl_copy_fd(data >= 0 ? data : in, out, (uint64_t)dst.st_size);
+	if (r < 0)
+		return r;
+	if (fchown(out, uid, gid) < 0 || fchmod(out, ist.st_mode & 07777) < 0)
+		return -errno;
+	r = copy_xattrs(cm, e->path, in, out);
+	if (r < 0)
+		return r;
+	ts[1] = ist.st_mtim;
+	if (futimens(out, ts) < 0)
+		return -errno;
+	return 0;
+}
+
 /* Stages the new content of change @e: a temp entry next to its target name. */
 static int stage_entry(struct commit *cm, const struct ovl_change *e)
 {
 	_cleanup_free_ char *dir = NULL;
-	_cleanup_close_ int in = -1, out = -1;
 	const char *name, *uname;
 	int upfd;
 	struct stat existing;
@@ -714,6 +770,8 @@ static int stage_entry(struct commit *cm, const struct ovl_change *e)
 	}
 
 	tmp_name(tmp, e->path);
+	if (cm->keep_mc_temps && e->metacopy && e->new_type == OVL_FT_FILE)
+		return 0; /* staged and synced before the interrupted apply: kept, or renamed already, or no change */
 	if (cm->recovering && unlinkat(dfd, tmp, 0) < 0 && errno != ENOENT)
 		return -errno;
 	if (e->new_type == OVL_FT_SYMLINK) {
@@ -732,32 +790,9 @@ static int stage_entry(struct commit *cm, const struct ovl_change *e)
 		if (fchownat(dfd, tmp, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
 			return -errno;
 	} else {
-		struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, { 0 } };
-		struct stat ist;
-
-		in = openat(upfd, uname, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-		if (in < 0)
-			return -errno;
-		if (fstat(in, &ist) < 0)
-			return -errno;
-		if (!S_ISREG(ist.st_mode))
-			return -EBUSY; /* replaced under us */
-		out = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-		if (out < 0 && errno == EEXIST && unlinkat(dfd, tmp, 0) == 0) /* left by an earlier failure */
-			out = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-		if (out < 0)
-			return -errno;
-		r = ovl_copy_fd(in, out, (uint64_t)ist.st_size);
+		r = stage_file(cm, e, upfd, uname, dfd, tmp, uid, gid);
 		if (r < 0)
 			return r;
-		if (fchown(out, uid, gid) < 0 || fchmod(out, ist.st_mode & 07777) < 0)
-			return -errno;
-		r = copy_xattrs(cm, e->path, in, out);
-		if (r < 0)
-			return r;
-		ts[1] = ist.st_mtim;
-		if (futimens(out, ts) < 0)
-			return -errno;
 	}
 	ovl_fault_point("stage");
 	return 0;
@@ -1133,8 +1168,19 @@ static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 	cm->held = malloc(MAX(cm->changes->n, (size_t)1) * sizeof(int));
 	for (i = 0; cm->held && i < cm->changes->n; i++)
 		cm->held[i] = -1;
+	if (!recovering && cm->sel->n > 0) {
+		/*
+		 * Before anything changes: an unselected metacopy whose data
+		 * this commit replaces or deletes gets its own data (a recovery
+		 * must not: the data may have changed already; this one did it
+		 * before its journal was written).
+		 */
+		r = ovl_upper_materialize_dependents(l, cm->env->live, cm->sel, cm->changes, cm->materialized, ret_error);
+		if (r < 0)
+			return r; /* nothing else changed: each of them is a metacopy or a full copy, both show the same */
+	}
 	if (!recovering) {
-		r = ovl_journal_write(l->state_fd, cm->target_fd, cm->sel, cm->opts);
+		r = ovl_journal_write(l->state_fd, cm->target_fd, cm->sel, cm->opts, false);
 		if (r < 0)
 			return ovl_ctl_error(ret_error, r, "io", NULL, "cannot write the commit journal");
 	}
@@ -1164,6 +1210,17 @@ static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 	if (r < 0)
 		goto fail_noentry;
 	ovl_fault_point("staged");
+	if (!recovering && cm->changes->metacopies > 0) {
+		/*
+		 * From here on the temps of metacopies are their only sure copy
+		 * of the data, and the data of a metacopy that is no change may
+		 * go (it is pruned): say so. Without the mark nothing was applied.
+		 */
+		r = ovl_journal_write(l->state_fd, cm->target_fd, cm->sel, cm->opts, true);
+		if (r < 0)
+			goto fail_noentry;
+		ovl_fault_point("journal-staged");
+	}
 	for (i = 0; i < cm->changes->n; i++) {
 		const struct ovl_change *e = &cm->changes->v[i];
 
@@ -1257,12 +1314,13 @@ fail_noentry:
 }
 
 int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, const struct ovl_commit_opts *opts,
-                   bool recovering, cJSON **ret_result, cJSON **ret_error)
+                   unsigned flags, cJSON **ret_result, cJSON **ret_error)
 {
 	static const struct ovl_commit_opts defaults = { 0 };
 	_cleanup_(ovl_changes_freep) struct ovl_changes *changes = NULL;
-	_cleanup_json_ cJSON *res = NULL, *problems = NULL, *kept = NULL, *committed = NULL;
+	_cleanup_json_ cJSON *res = NULL, *problems = NULL, *kept = NULL, *committed = NULL, *materialized = NULL;
 	const struct ovl_live *live = env->live;
+	bool recovering = flags & OVL_COMMIT_RECOVERING;
 	struct commit cm = { 0 };
 	int r, notified = 0;
 
@@ -1275,17 +1333,21 @@ int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, con
 			                     "an interrupted commit is pending; run 'draftfs recover' first");
 	}
 	committed = cJSON_CreateArray();
-	if (!committed)
+	materialized = cJSON_CreateArray();
+	if (!committed || !materialized)
 		return -ENOMEM;
 	cm = (struct commit){ .env = env, .sel = sel, .opts = opts, .target_fd = env->layers->lower_fds[0],
-	                      .dir_fd = -1, .udir_fd = -1, .committed = committed };
+	                      .dir_fd = -1, .udir_fd = -1, .committed = committed, .materialized = materialized };
 	cm.recovering = recovering;
+	cm.keep_mc_temps = recovering && (flags & OVL_COMMIT_STAGED);
 	if (fstat(cm.target_fd, &cm.target_root) < 0)
 		return ovl_ctl_error(ret_error, -errno, "io", NULL, "cannot stat the commit target");
 
 	if (live)
 		live->quiesce(live->userdata, true);
-	r = ovl_diff_compute(env->layers, sel, OVL_DIFF_ORIGINS, &changes, ret_error);
+	/* a recovery may find the data of a metacopy already changed: it keeps the staged temp then */
+	r = ovl_diff_compute(env->layers, sel, OVL_DIFF_ORIGINS | (recovering ? OVL_DIFF_LENIENT : 0), &changes,
+	                     ret_error);
 	if (r < 0)
 		goto out;
 	cm.changes = changes;
@@ -1372,6 +1434,7 @@ out:
 		return -ENOMEM;
 	cJSON_AddItemToObject(res, "committed", TAKE_PTR(committed));
 	cJSON_AddItemToObject(res, "kept", kept ? TAKE_PTR(kept) : cJSON_CreateArray());
+	cJSON_AddItemToObject(res, "materialized", TAKE_PTR(materialized));
 	cJSON_AddItemToObject(res, "summary", ovl_summary_to_json(&changes->summary));
 	cJSON_AddNumberToObject(res, "invalidated_mounts", notified > 0 ? notified : 0);
 	cJSON_AddBoolToObject(res, "dry_run", opts->dry_run);
@@ -1389,5 +1452,5 @@ int ovl_op_commit(const struct ovl_ctl_env *env, char *const *paths, const struc
 	r = ovl_sel_parse(paths, &sel, ret_error);
 	if (r < 0)
 		return r;
-	return ovl_commit_run(env, &sel, opts, false, ret_result, ret_error);
+	return ovl_commit_run(env, &sel, opts, 0, ret_result, ret_error);
 }

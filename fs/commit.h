@@ -13,12 +13,23 @@
 #include "ctl-client.h"
 #include "ctl-util.h"
 
+enum {
+	/* skip the checks (they passed when the journal was written) and reuse the journal that is already there */
+	OVL_COMMIT_RECOVERING = 1 << 0,
+	/*
+	 * with RECOVERING: the journal says staging had finished (and was
+	 * synced) before anything was applied, so the staged temps of
+	 * metacopies are kept, not staged again from lower data that the
+	 * interrupted apply may have changed
+	 */
+	OVL_COMMIT_STAGED = 1 << 1,
+};
+
 /*
- * Runs a commit of @sel. @recovering skips the checks (they passed when the
- * journal was written) and reuses the journal that is already there.
- * The caller holds the session lock (offline) or is the daemon; commit
- * quiesces writers itself when env->live is set. Returns 0 and *ret_result,
- * or -errno and *ret_error.
+ * Runs a commit of @sel. @flags: OVL_COMMIT_*. The caller holds the
+ * session lock (offline) or is the daemon; commit quiesces writers itself
+ * when env->live is set. Returns 0 and *ret_result, or -errno and
+ * *ret_error.
  */
 int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, const struct ovl_commit_opts *opts,
-                   bool recovering, cJSON **ret_result, cJSON **ret_error);
+                   unsigned flags, cJSON **ret_result, cJSON **ret_error);

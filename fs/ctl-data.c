@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
  * The content of upper regular files (ctl-data.h): where a metacopy's data
- * is, opening it, and consistent snapshots of upper content.
+ * is, opening it, giving a metacopy its own data, finding the metacopies
+ * that depend on another path, and consistent snapshots of upper content.
  * The metacopy format itself is read by metacopy.c (shared with the core);
  * the data path is looked up in the lower view as overlayfs does
  * (ovl_lower_lookup_path: lower whiteouts and opaque dirs honoured).
@@ -21,6 +22,8 @@
 #include "diff.h"
 #include "fdpath.h"
 #include "metacopy.h"
+
+#define XATTR_CAPS "security.capability"
 
 void ovl_data_loc_done(struct ovl_data_loc *loc)
 {
@@ -160,6 +163,166 @@ int ovl_upper_data_open(const struct ovl_layers *l, const struct ovl_data_loc *l
 	if (ret_st)
 		*ret_st = st;
 	return fd;
+}
+
+/* Copies the data of @in (@size bytes) over the start of @fd, keeping @fd's metadata as @st has it. */
+static int copy_in_place(int in, int fd, off_t size, const struct stat *st)
+{
+	struct timespec ts[2] = { st->st_atim, st->st_mtim };
+	char caps[256];
+	ssize_t ncaps;
+	struct stat now;
+	int r;
+
+	/* a write drops security.capability (and, without CAP_FSETID, the set-id bits): put them back */
+	ncaps = fgetxattr(fd, XATTR_CAPS, caps, sizeof(caps));
+	if (lseek(fd, 0, SEEK_SET) < 0)
+		return -errno;
+	r = ovl_copy_fd(in, fd, (uint64_t)size);
+	if (r < 0)
+		return r;
+	if (st->st_size != size && ftruncate(fd, size) < 0)
+		return -errno;
+	if (fstat(fd, &now) < 0)
+		return -errno;
+	if ((now.st_mode & 07777) != (st->st_mode & 07777) && fchmod(fd, st->st_mode & 07777) < 0)
+		return -errno;
+	if (ncaps >= 0 && fsetxattr(fd, XATTR_CAPS, caps, (size_t)ncaps, 0) < 0)
+		return -errno;
+	if (futimens(fd, ts) < 0)
+		return -errno;
+	return 0;
+}
+
+int ovl_upper_materialize(const struct ovl_layers *l, const char *path, cJSON **ret_error)
+{
+	_cleanup_data_loc_ struct ovl_data_loc loc = { 0 };
+	_cleanup_close_ int pfd = -1, fd = -1, in = -1;
+	struct stat st, dst;
+	int r;
+
+	/* O_PATH first: only a regular file is ever opened for writing */
+	pfd = openat_beneath(l->upper_fd, path, O_PATH, 0);
+	if (pfd == -ENOENT)
+		return 0;
+	if (pfd < 0)
+		return ovl_ctl_error(ret_error, pfd, "io", one_path(path), "cannot open '%s' in upper", path);
+	if (fstat(pfd, &st) < 0)
+		return ovl_ctl_error(ret_error, -errno, "io", one_path(path), "cannot stat '%s' in upper", path);
+	if (!S_ISREG(st.st_mode))
+		return 0;
+	r = ovl_upper_data_locate_fd(l, pfd, path, &loc, ret_error);
+	if (r < 0)
+		return r;
+	if (!loc.metacopy)
+		return 0;
+	in = ovl_upper_data_open(l, &loc, 0, &dst);
+	if (in < 0)
+		return ovl_ctl_error(ret_error, in, "io", one_path(path), "cannot open the data of metacopy '%s' ('/%s')",
+		                     path, loc.path);
+	fd = fd_reopen(pfd, O_WRONLY | O_NOCTTY);
+	if (fd < 0)
+		return ovl_ctl_error(ret_error, fd, "io", one_path(path), "cannot open '%s' in upper for writing", path);
+	r = copy_in_place(in, fd, dst.st_size, &st);
+	if (r >= 0 && fdatasync(fd) < 0)
+		r = -errno;
+	/* the data is safe: now the file may say it holds it (metacopy first: a stale redirect alone means nothing) */
+	if (r >= 0 && fremovexattr(fd, OVL_XATTR_METACOPY) < 0 && errno != ENODATA)
+		r = -errno;
+	if (r >= 0 && fremovexattr(fd, OVL_XATTR_MC_REDIRECT) < 0 && errno != ENODATA)
+		r = -errno;
+	if (r >= 0 && fsync(fd) < 0)
+		r = -errno;
+	if (r < 0)
+		return ovl_ctl_error(ret_error, r, "io", one_path(path),
+		                     "cannot copy the data of metacopy '%s' ('/%s') into upper", path, loc.path);
+	return 1;
+}
+
+struct redirected_walk {
+	const struct ovl_sel *skip;
+	cJSON **ret_error;
+	int (*cb)(const char *path, const char *data_path, void *userdata);
+	void *userdata;
+};
+
+static int visit_redirected(const struct redirected_walk *w, int dir_fd, const char *name, const char *path)
+{
+	_cleanup_free_ char *dpath = NULL;
+	_cleanup_close_ int fd = -1;
+	int r;
+
+	r = has_metacopy_xattr(dir_fd, name);
+	if (r <= 0)
+		return r;
+	fd = openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	r = read_state(fd, path, &dpath);
+	if (r < 0)
+		return bad_state(w->ret_error, r, path);
+	if (r == 0 || strcmp(dpath, path) == 0)
+		return 0;
+	return w->cb(path, dpath, w->userdata);
+}
+
+static int walk_redirected(const struct redirected_walk *w, int dir_fd, const char *dirpath, unsigned depth)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	int r;
+
+	if (depth > 4096)
+		return -ELOOP;
+	r = opendir_at(dir_fd, &d);
+	if (r < 0)
+		return r;
+	while ((errno = 0, de = readdir(d))) {
+		_cleanup_free_ char *path = NULL;
+		unsigned char type = de->d_type;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		path = ovl_path_join(dirpath, de->d_name);
+		if (!path)
+			return -ENOMEM;
+		if (w->skip && ovl_sel_match(w->skip, path) == OVL_SEL_INSIDE)
+			continue;
+		if (type == DT_UNKNOWN) {
+			struct stat st;
+
+			if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+				continue;
+			type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
+		}
+		if (type == DT_DIR) {
+			_cleanup_close_ int cfd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+			if (cfd < 0)
+				return errno == ENOENT ? 0 : -errno;
+			r = walk_redirected(w, cfd, path, depth + 1);
+		} else if (type == DT_REG) {
+			r = visit_redirected(w, dirfd(d), de->d_name, path);
+		} else {
+			r = 0;
+		}
+		if (r != 0)
+			return r;
+	}
+	return errno ? -errno : 0;
+}
+
+int ovl_upper_foreach_redirected(const struct ovl_layers *l, const struct ovl_sel *skip,
+                                 int (*cb)(const char *path, const char *data_path, void *userdata), void *userdata,
+                                 cJSON **ret_error)
+{
+	struct redirected_walk w = { .skip = skip, .ret_error = ret_error, .cb = cb, .userdata = userdata };
+	int r;
+
+	r = walk_redirected(&w, l->upper_fd, "", 0);
+	if (r < 0 && ret_error && !*ret_error)
+		ovl_ctl_error(ret_error, r, "io", NULL, "cannot walk the upper layer for metacopies");
+	return r;
 }
 
 /* --- consistent snapshots --- */
@@ -324,3 +487,108 @@ int ovl_snapshot_tmpfile(const struct ovl_layers *l, int dir_fd, const char *nam
 	return -EBUSY;
 }
 
+/* --- metacopies whose data a partial commit changes --- */
+
+struct dependents {
+	const char **paths; /* of the changes that replace or remove a lower entry, in ovl_path_cmp order */
+	size_t n;
+	char **hits;
+	size_t n_hits;
+};
+
+/* True if @path is one of d->paths or an ancestor or a descendant of one. */
+static bool depends_on_changes(const struct dependents *d, const char *path)
+{
+	_cleanup_free_ char *copy = strdup(path);
+	size_t lo = 0, hi = d->n;
+
+	if (!copy)
+		return true; /* the safe side */
+	/* the first change path at or after @path: @path itself or the start of its subtree */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (ovl_path_cmp(d->paths[mid], path) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo < d->n && ovl_path_has_prefix(d->paths[lo], path))
+		return true;
+	/* a change at an ancestor of @path */
+	for (char *slash = strrchr(copy, '/'); slash; slash = strrchr(copy, '/')) {
+		*slash = '\0';
+		lo = 0;
+		hi = d->n;
+		while (lo < hi) {
+			size_t mid = lo + (hi - lo) / 2;
+			int c = ovl_path_cmp(d->paths[mid], copy);
+
+			if (c == 0)
+				return true;
+			if (c < 0)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+	}
+	return false;
+}
+
+static int collect_dependent(const char *path, const char *data_path, void *userdata)
+{
+	struct dependents *d = userdata;
+	char **v;
+
+	if (!depends_on_changes(d, data_path))
+		return 0;
+	v = realloc(d->hits, (d->n_hits + 1) * sizeof(char *));
+	if (!v)
+		return -ENOMEM;
+	d->hits = v;
+	v[d->n_hits] = strdup(path);
+	if (!v[d->n_hits])
+		return -ENOMEM;
+	d->n_hits++;
+	return 0;
+}
+
+int ovl_upper_materialize_dependents(const struct ovl_layers *l, const struct ovl_live *live,
+                                     const struct ovl_sel *sel, const struct ovl_changes *changes, cJSON *done,
+                                     cJSON **ret_error)
+{
+	struct dependents d = { 0 };
+	int r = 0, n = 0;
+
+	d.paths = malloc(MAX(changes->n, (size_t)1) * sizeof(char *));
+	if (!d.paths)
+		return -ENOMEM;
+	for (size_t i = 0; i < changes->n; i++) {
+		const struct ovl_change *e = &changes->v[i];
+
+		/* a lower entry goes or is replaced (a dir staying a dir keeps its entries) */
+		if (e->old_type != OVL_FT_NONE && !(e->old_type == OVL_FT_DIR && e->new_type == OVL_FT_DIR))
+			d.paths[d.n++] = e->path;
+	}
+	if (d.n > 0)
+		r = ovl_upper_foreach_redirected(l, sel, collect_dependent, &d, ret_error);
+	for (size_t i = 0; i < d.n_hits; i++) {
+		if (r >= 0) {
+			r = ovl_upper_materialize(l, d.hits[i], ret_error);
+			if (r > 0) {
+				n++;
+				if (live)
+					live->changed(live->userdata, d.hits[i]);
+				if (done)
+					cJSON_AddItemToArray(done, cJSON_CreateString(d.hits[i]));
+				ovl_fault_point("materialize");
+			}
+		}
+		free(d.hits[i]);
+	}
+	free(d.hits);
+	free(d.paths);
+	if (r == -ENOMEM)
+		return ovl_ctl_error(ret_error, r, "io", NULL, "cannot protect the metacopies outside the selection");
+	return r < 0 ? r : n;
+}

@@ -5,8 +5,10 @@
  * data is a regular file of the lower view: at the file's own path, at the
  * path of an absolute redirect, or at a one-name relative redirect in the
  * file's own parent. What reads an upper file's content (diff, patch,
- * tar, prefetch) finds it here. Consistent snapshots of upper content
- * while writers write live here too.
+ * tar, commit staging, prefetch) finds it here; commit also uses
+ * ovl_upper_materialize() to give a metacopy its own data before the lower
+ * file it depends on changes. Consistent snapshots of upper content while
+ * writers write live here too.
  */
 #pragma once
 
@@ -59,6 +61,32 @@ int ovl_upper_data_locate_fd(const struct ovl_layers *l, int fd, const char *pat
 int ovl_upper_data_open(const struct ovl_layers *l, const struct ovl_data_loc *loc, int flags, struct stat *ret_st);
 
 /*
+ * Gives the upper metacopy at view path @path its own data, in place: the
+ * file is opened O_WRONLY below the upper, the lower data copied into it
+ * (copy_file_range), fdatasync'd, then trusted.overlay.metacopy and
+ * trusted.overlay.redirect are removed and the file fsync'd. Its mode,
+ * owner, times and xattrs stay as they were. The caller holds the writers
+ * back (quiesce) and tells the core (live->changed). A crash at any point
+ * leaves a metacopy or a full copy, never a file without its data. Returns
+ * 1 when it copied, 0 when @path is no metacopy (any more), or -errno with
+ * *ret_error (may be NULL) set.
+ */
+int ovl_upper_materialize(const struct ovl_layers *l, const char *path, cJSON **ret_error);
+
+/*
+ * Calls @cb(path, data_path, userdata) for every upper metacopy outside
+ * the selection @skip (NULL: none skipped) whose data is not at its own
+ * path (an absolute or relative redirect to another path), in no
+ * particular order; the data path is not looked up. A non-zero return of
+ * @cb stops the walk and is returned. Never follows a symlink. Returns 0
+ * or -errno (-EBADMSG for a malformed redirect) with *ret_error (may be
+ * NULL) set when it is not set yet.
+ */
+int ovl_upper_foreach_redirected(const struct ovl_layers *l, const struct ovl_sel *skip,
+                                 int (*cb)(const char *path, const char *data_path, void *userdata), void *userdata,
+                                 cJSON **ret_error);
+
+/*
  * A consistent snapshot of the content of a regular file that writers may
  * be changing: upper file @name of @dir_fd at view path @path, whose data
  * may be a metacopy's lower file; with @l NULL a plain file read as it is
@@ -77,3 +105,19 @@ int ovl_snapshot_read(const struct ovl_layers *l, int dir_fd, const char *name, 
  */
 int ovl_snapshot_tmpfile(const struct ovl_layers *l, int dir_fd, const char *name, const char *path,
                          const struct ovl_live *live, int tmp_dir_fd, int *ret_fd, struct stat *ret_st);
+
+struct ovl_changes;
+
+/*
+ * Before a partial commit of @changes (of the selection @sel, not empty)
+ * changes the lower view: gives its own data (ovl_upper_materialize) to
+ * every upper metacopy outside @sel whose data path is the path of a
+ * change that replaces or removes a lower entry, or lies below or above
+ * it, so that it keeps showing what it shows now. @live (may be NULL)
+ * gets changed() for each; the caller holds the writers back. Each path
+ * is added to @done (a JSON array, may be NULL). Returns how many were
+ * materialized, or -errno with *ret_error (may be NULL) set.
+ */
+int ovl_upper_materialize_dependents(const struct ovl_layers *l, const struct ovl_live *live,
+                                     const struct ovl_sel *sel, const struct ovl_changes *changes, cJSON *done,
+                                     cJSON **ret_error);

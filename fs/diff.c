@@ -604,10 +604,13 @@ static int locate_data(struct walk *w, int ufd, const char *name, const char *pa
 	int r;
 
 	r = ovl_upper_data_locate(w->layers, ufd, name, path, loc, &err);
-	if (r >= 0)
+	if (r >= 0) {
+		w->out->metacopies += loc->metacopy;
 		return 0;
+	}
 	if ((w->flags & OVL_DIFF_LENIENT) && (r == -EIO || r == -EBADMSG)) {
 		*loc = (struct ovl_data_loc){ .metacopy = true, .layer = -1 };
+		w->out->metacopies++;
 		return 0;
 	}
 	cJSON_Delete(w->error);

@@ -79,6 +79,7 @@ struct ovl_changes {
 	struct ovl_change *v;
 	size_t n, alloc;
 	struct ovl_summary summary;
+	size_t metacopies; /* upper metacopies in the selection, changes or not */
 };
 
 enum {

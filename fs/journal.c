@@ -60,7 +60,8 @@ static const char *owner_to_string(enum ovl_commit_owner o)
 	return o == OVL_OWNER_PRESERVE ? "preserve" : o == OVL_OWNER_FIXED ? "fixed" : "workspace";
 }
 
-int ovl_journal_write(int state_fd, int target_fd, const struct ovl_sel *sel, const struct ovl_commit_opts *opts)
+int ovl_journal_write(int state_fd, int target_fd, const struct ovl_sel *sel, const struct ovl_commit_opts *opts,
+                      bool staged)
 {
 	_cleanup_json_ cJSON *j = cJSON_CreateObject();
 	_cleanup_cjson_str_ char *text = NULL;
@@ -82,6 +83,8 @@ int ovl_journal_write(int state_fd, int target_fd, const struct ovl_sel *sel, co
 	cJSON_AddStringToObject(j, "owner", owner_to_string(opts->owner));
 	json_add_u64(j, "uid", opts->uid);
 	json_add_u64(j, "gid", opts->gid);
+	if (staged)
+		cJSON_AddBoolToObject(j, "staged", true);
 	text = cJSON_PrintUnformatted(j);
 	if (!text)
 		return -ENOMEM;
@@ -101,7 +104,8 @@ int ovl_journal_write(int state_fd, int target_fd, const struct ovl_sel *sel, co
 	return ovl_fsync_dir(state_fd);
 }
 
-int ovl_journal_read(int state_fd, int target_fd, struct ovl_sel *ret_sel, struct ovl_commit_opts *ret_opts)
+int ovl_journal_read(int state_fd, int target_fd, struct ovl_sel *ret_sel, struct ovl_commit_opts *ret_opts,
+                     bool *ret_staged)
 {
 	_cleanup_free_ char *text = NULL;
 	_cleanup_close_ int fd = -1;
@@ -110,6 +114,7 @@ int ovl_journal_read(int state_fd, int target_fd, struct ovl_sel *ret_sel, struc
 	struct ovl_commit_opts o = { 0 };
 	const char *owner = NULL;
 	int64_t dev, ino, uid = 0, gid = 0;
+	bool staged = false;
 	struct stat st;
 	size_t len;
 	int r;
@@ -136,6 +141,8 @@ int ovl_journal_read(int state_fd, int target_fd, struct ovl_sel *ret_sel, struc
 	(void)json_get_string(j, "owner", &owner);
 	(void)json_get_int64(j, "uid", 0, UINT32_MAX, &uid);
 	(void)json_get_int64(j, "gid", 0, UINT32_MAX, &gid);
+	if (json_get_bool(j, "staged", &staged) == -EINVAL)
+		return -EUCLEAN;
 	o.owner = owner && strcmp(owner, "preserve") == 0 ? OVL_OWNER_PRESERVE
 	          : owner && strcmp(owner, "fixed") == 0  ? OVL_OWNER_FIXED
 	                                                  : OVL_OWNER_WORKSPACE;
@@ -146,6 +153,7 @@ int ovl_journal_read(int state_fd, int target_fd, struct ovl_sel *ret_sel, struc
 	if (r < 0)
 		return -EUCLEAN;
 	*ret_opts = o;
+	*ret_staged = staged;
 	return 1;
 }
 
@@ -161,9 +169,10 @@ int ovl_op_recover(const struct ovl_ctl_env *env, cJSON **ret_result, cJSON **re
 	_cleanup_(ovl_sel_done) struct ovl_sel sel = { 0 };
 	_cleanup_json_ cJSON *res = NULL, *inner = NULL;
 	struct ovl_commit_opts opts;
+	bool staged = false;
 	int r;
 
-	r = ovl_journal_read(env->layers->state_fd, env->layers->lower_fds[0], &sel, &opts);
+	r = ovl_journal_read(env->layers->state_fd, env->layers->lower_fds[0], &sel, &opts, &staged);
 	if (r == -EUCLEAN)
 		return ovl_ctl_error(ret_error, r, "io", NULL,
 		                     "the commit journal in the state dir is unreadable or belongs to another target; "
@@ -176,7 +185,8 @@ int ovl_op_recover(const struct ovl_ctl_env *env, cJSON **ret_result, cJSON **re
 	cJSON_AddBoolToObject(res, "recovered", r > 0);
 	cJSON_AddNumberToObject(res, "paths", r > 0 ? (double)sel.n : 0);
 	if (r > 0) {
-		r = ovl_commit_run(env, &sel, &opts, true, &inner, ret_error);
+		r = ovl_commit_run(env, &sel, &opts, OVL_COMMIT_RECOVERING | (staged ? OVL_COMMIT_STAGED : 0), &inner,
+		                   ret_error);
 		if (r < 0)
 			return r;
 		cJSON_AddItemToObject(res, "commit", TAKE_PTR(inner));

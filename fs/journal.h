@@ -5,7 +5,11 @@
  * anything, and removed after the commit finished and both file systems
  * were synced. It holds the selection and the options, not the data: the
  * data stays in upper until the commit has finished, so a commit is redone
- * from upper after a crash ("redo" recovery, see docs/fs-control.md).
+ * from upper after a crash ("redo" recovery, see docs/fs-control.md). The
+ * data of a selected metacopy is a lower file the apply phase may change:
+ * a commit with metacopies writes the journal again, marked "staged", once
+ * every temp is staged and synced, and a recovery of a staged commit keeps
+ * the metacopies' temps instead of staging them again.
  */
 #pragma once
 
@@ -23,16 +27,20 @@ int ovl_journal_pending(int state_fd);
 
 /*
  * Writes the journal of a commit of @sel with @opts for target @target_fd
- * (identity recorded), durably. Returns 0 or -errno.
+ * (identity recorded), durably, replacing the one there. @staged: every
+ * temp of the commit is staged and synced. Returns 0 or -errno.
  */
-int ovl_journal_write(int state_fd, int target_fd, const struct ovl_sel *sel, const struct ovl_commit_opts *opts);
+int ovl_journal_write(int state_fd, int target_fd, const struct ovl_sel *sel, const struct ovl_commit_opts *opts,
+                      bool staged);
 
 /*
- * Reads the journal: *ret_sel gets the selection and *ret_opts the options.
- * Returns 1 when a journal was read, 0 when there is none, -EUCLEAN when it
- * is unreadable or for another target, or -errno.
+ * Reads the journal: *ret_sel gets the selection, *ret_opts the options
+ * and *ret_staged the staged mark. Returns 1 when a journal was read, 0
+ * when there is none, -EUCLEAN when it is unreadable or for another
+ * target, or -errno.
  */
-int ovl_journal_read(int state_fd, int target_fd, struct ovl_sel *ret_sel, struct ovl_commit_opts *ret_opts);
+int ovl_journal_read(int state_fd, int target_fd, struct ovl_sel *ret_sel, struct ovl_commit_opts *ret_opts,
+                     bool *ret_staged);
 
 /* Removes the journal durably. Returns 0 or -errno. */
 int ovl_journal_remove(int state_fd);
