@@ -7,7 +7,9 @@ kernel overlay, makes changes through it, unmounts, then runs
 `draftfs diff|commit|... --lowerdir --upperdir --workdir`. Where a test needs
 what draftfs adds on copy-up (trusted.draftbox.origin), it writes that xattr
 itself in the core's format. The merged view is read through a read-only
-kernel overlay with upper as the top lower layer.
+kernel overlay with upper as the top lower layer. With metacopy=True the
+kernel writes metacopy uppers (a chmod or rename of a lower file keeps its
+data below) and reads them back; make_metacopy() writes one by hand.
 """
 import json
 import os
@@ -80,8 +82,10 @@ class Session:
             time.sleep(0.1)
 
     # --- writing an upper through the kernel ---
-    def mount_rw(self):
+    def mount_rw(self, metacopy=False):
         opts = "lowerdir=%s,upperdir=%s,workdir=%s" % (":".join(self.lowers), self.upper, self.work)
+        if metacopy:
+            opts += METACOPY_OPTS
         subprocess.run(["mount", "-t", "overlay", "overlay", "-o", opts, self.mnt], check=True)
         self.mounted.append(self.mnt)
         return self.mnt
@@ -90,9 +94,9 @@ class Session:
         umount(self.mnt)
         self.mounted.remove(self.mnt)
 
-    def change(self, fn):
+    def change(self, fn, metacopy=False):
         """Runs fn(mountpoint) on a kernel overlay of the layers, then unmounts."""
-        m = self.mount_rw()
+        m = self.mount_rw(metacopy)
         try:
             fn(m)
         finally:
@@ -111,9 +115,11 @@ class Session:
                         break
 
     # --- reading the merged view ---
-    def view(self):
+    def view(self, metacopy=False):
         """Snapshot of the merged view (read-only overlay, upper on top)."""
         opts = "ro,lowerdir=%s" % ":".join([self.upper] + self.lowers)
+        if metacopy:
+            opts += METACOPY_OPTS
         subprocess.run(["mount", "-t", "overlay", "overlay", "-o", opts, self.view_mnt], check=True)
         self.mounted.append(self.view_mnt)
         try:
@@ -157,6 +163,34 @@ class Session:
 
     def changes(self, *paths):
         return {c["path"]: c for c in self.diff_json(*paths)["changes"]}
+
+
+# the kernel's metacopy format: needs redirects (implied) and no index
+METACOPY_OPTS = ",metacopy=on,index=off"
+
+
+def make_metacopy(upper_file, data_file, redirect=None, mode=None):
+    """Writes @upper_file as the kernel would: a sparse file of @data_file's size, its
+    owner, mode and times (mode overridden by @mode), trusted.overlay.metacopy and, when
+    given, trusted.overlay.redirect (absolute "/dir/file" or one name)."""
+    st = os.lstat(data_file)
+    os.makedirs(os.path.dirname(upper_file), exist_ok=True)
+    with open(upper_file, "wb") as f:
+        f.truncate(st.st_size)
+    os.chown(upper_file, st.st_uid, st.st_gid)
+    os.chmod(upper_file, stat.S_IMODE(st.st_mode) if mode is None else mode)
+    os.utime(upper_file, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.setxattr(upper_file, "trusted.overlay.metacopy", b"")
+    if redirect is not None:
+        os.setxattr(upper_file, "trusted.overlay.redirect", redirect.encode())
+
+
+def is_metacopy(path):
+    try:
+        os.getxattr(path, "trusted.overlay.metacopy", follow_symlinks=False)
+        return True
+    except OSError:
+        return False
 
 
 @pytest.fixture

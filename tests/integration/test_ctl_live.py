@@ -2,8 +2,9 @@
 """The control plane on live draftfs mounts: diff/commit/discard/status
 through the control socket, the view staying the same across a commit,
 discard reverting at once, commit and diff while a process keeps writing,
-a daemon killed in the middle of a commit, bad requests on the socket, and
-a commit in one mount seen at once by another mount of the same workspace."""
+a daemon killed in the middle of a commit, bad requests on the socket, a
+commit in one mount seen at once by another mount of the same workspace,
+and a partial commit that takes away the data of a metacopy."""
 import json
 import os
 import signal
@@ -14,7 +15,7 @@ import time
 
 import pytest
 
-from ctlutil import Session, draftfs_bin, snapshot, umount
+from ctlutil import Session, draftfs_bin, is_metacopy, snapshot, umount
 
 
 def is_mounted(path):
@@ -435,4 +436,38 @@ def test_live_discard_inside_replaced_dir(live):
     assert set(ch) == {"src", "src/new.c"} and ch["src"].get("opaque") is True  # the dir still replaces lower
     m.run("discard", "src")
     assert sorted(os.listdir(os.path.join(m.mnt, "src"))) == ["a.c"]
+    assert m.changes() == {}
+
+
+def test_live_metacopy_partial_commit(live):
+    """mv big moved (a metacopy written by the kernel, its data still at big), then a live
+    commit of big alone: the daemon gives moved its own data first and tells the core,
+    so moved keeps its content through the mount, after a remount and in the diff."""
+    s, start = live
+    populate(s.lower)
+    big = bytes(range(256)) * 64
+    with open(os.path.join(s.lower, "big"), "wb") as f:
+        f.write(big)
+    s.change(lambda mp: os.rename(os.path.join(mp, "big"), os.path.join(mp, "moved")), metacopy=True)
+    assert is_metacopy(os.path.join(s.upper, "moved"))
+    m = start()
+    ch = m.changes()
+    assert ch["moved"]["status"] == "added" and ch["moved"]["new"]["size"] == len(big)
+    assert ch["big"]["status"] == "deleted"
+    with open(os.path.join(m.mnt, "moved"), "rb") as f:
+        f.read()  # whatever the core shows, it is in the kernel's caches now
+    out = json.loads(m.run("commit", "big").stdout)
+    assert out["committed"] == ["big"] and out["materialized"] == ["moved"]
+    assert not os.path.exists(os.path.join(s.lower, "big"))
+    assert not is_metacopy(os.path.join(s.upper, "moved"))
+    with open(os.path.join(m.mnt, "moved"), "rb") as f:
+        assert f.read() == big
+    assert m.changes()["moved"]["new"]["size"] == len(big)
+    m.stop()
+    m = start()
+    with open(os.path.join(m.mnt, "moved"), "rb") as f:
+        assert f.read() == big
+    m.run("commit")
+    with open(os.path.join(s.lower, "moved"), "rb") as f:
+        assert f.read() == big
     assert m.changes() == {}

@@ -1,0 +1,392 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""The control plane on metacopy uppers (kernel overlayfs's metacopy=on
+format, which draftfs writes too): an upper file with
+trusted.overlay.metacopy holds only metadata, its data is a lower file (its
+own path, or trusted.overlay.redirect). Diff, patch, tar, commit (full,
+partial, killed and recovered) and discard must all see the data, never
+the sparse upper file. Uppers are written by the kernel (mount -o
+metacopy=on) or by hand (make_metacopy), the workspace is read directly."""
+import json
+import os
+import shutil
+import stat
+import subprocess
+import tarfile
+
+import pytest
+
+from ctlutil import Session, files_only, is_metacopy, make_metacopy, oci_apply, session, snapshot  # noqa: F401
+
+BIG = bytes(range(256)) * 64 + b"tail\n"  # 16 KiB + 5: no zeros a sparse file could pass for
+
+
+def populate(low):
+    os.makedirs(os.path.join(low, "dir"))
+    files = {
+        "chmod.txt": b"chmod me\n",
+        "moved.bin": BIG,
+        "same.txt": b"renamed within its dir\n",
+        "dir/deep.txt": b"from a subdirectory\n",
+        "keep.txt": b"not touched\n",
+    }
+    for k, v in files.items():
+        with open(os.path.join(low, k), "wb") as f:
+            f.write(v)
+        os.chmod(os.path.join(low, k), 0o644)
+
+
+def edit(m):
+    os.chmod(os.path.join(m, "chmod.txt"), 0o755)
+    os.rename(os.path.join(m, "moved.bin"), os.path.join(m, "dir/moved.bin"))  # absolute redirect
+    os.rename(os.path.join(m, "same.txt"), os.path.join(m, "same2.txt"))  # relative redirect
+    os.rename(os.path.join(m, "dir/deep.txt"), os.path.join(m, "up.txt"))
+
+
+def fresh(edit_fn=edit):
+    s = Session()
+    populate(s.lower)
+    s.change(edit_fn, metacopy=True)
+    return s
+
+
+def up(s, p):
+    return os.path.join(s.upper, p)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_kernel_wrote_metacopies(session):
+    """The premise of this file: these uppers hold no data."""
+    populate(session.lower)
+    session.change(edit, metacopy=True)
+    for p in ["chmod.txt", "dir/moved.bin", "same2.txt", "up.txt"]:
+        assert is_metacopy(up(session, p)), p
+    assert os.getxattr(up(session, "same2.txt"), "trusted.overlay.redirect") == b"same.txt"
+    assert os.getxattr(up(session, "dir/moved.bin"), "trusted.overlay.redirect") == b"/moved.bin"
+    assert read(up(session, "dir/moved.bin")) == b"\0" * len(BIG)
+    assert session.view(metacopy=True)["dir/moved.bin"] == ("file", 0o644, BIG)
+
+
+def test_diff_json(session):
+    populate(session.lower)
+    session.change(edit, metacopy=True)
+    doc = session.diff_json()
+    ch = {c["path"]: c for c in doc["changes"]}
+    # chmod only: the data is the very lower file, nothing differs but the mode
+    c = ch["chmod.txt"]
+    assert c["status"] == "modified" and c["content"] is False and c["metadata"] is True
+    assert c["old"]["mode"] & 0o777 == 0o644 and c["new"]["mode"] & 0o777 == 0o755
+    assert c["new"]["size"] == c["old"]["size"] == 9
+    # renames: the new name is an added file with the data's size, the old one deleted
+    for new, old, size in [("dir/moved.bin", "moved.bin", len(BIG)), ("same2.txt", "same.txt", 23),
+                           ("up.txt", "dir/deep.txt", 20)]:
+        assert ch[new]["status"] == "added" and ch[new]["content"] and ch[new]["new"]["size"] == size, new
+        assert ch[old]["status"] == "deleted", old
+    assert "keep.txt" not in ch
+    s = doc["summary"]
+    assert s["metadata_only"] == 1 and s["added"] == 3 and s["deleted"] == 3
+    assert s["bytes_added"] == len(BIG) + 23 + 20
+
+
+def test_diff_metacopy_of_another_file_compares_bytes(session):
+    """A hand-made metacopy at a path that exists below, with its data elsewhere: modified,
+    and the content compared with the data file, not the zeros of the upper file."""
+    populate(session.lower)
+    with open(os.path.join(session.lower, "twin.txt"), "wb") as f:
+        f.write(b"chmod me\n")  # same bytes as chmod.txt
+    with open(os.path.join(session.lower, "other.txt"), "wb") as f:
+        f.write(b"Chmod me\n")  # same size, other bytes
+    mtime = os.stat(os.path.join(session.lower, "chmod.txt")).st_mtime_ns
+    for n in ["twin.txt", "other.txt"]:
+        os.utime(os.path.join(session.lower, n), ns=(mtime, mtime))
+    make_metacopy(up(session, "twin.txt"), os.path.join(session.lower, "chmod.txt"), redirect="/chmod.txt")
+    make_metacopy(up(session, "other.txt"), os.path.join(session.lower, "chmod.txt"), redirect="/chmod.txt")
+    ch = session.changes()
+    assert "twin.txt" not in ch  # same bytes, same mode and mtime: no change
+    assert ch["other.txt"]["status"] == "modified" and ch["other.txt"]["content"]
+    assert not ch["other.txt"]["metadata"]
+
+
+def test_patch(session):
+    populate(session.lower)
+    session.change(edit, metacopy=True)
+    patch = session.run("diff", "--format", "patch", "chmod.txt", binary=True).stdout
+    assert b"old mode 100644\nnew mode 100755" in patch
+    assert b"@@" not in patch and b"Binary" not in patch  # a mode change only, no hunk
+    patch = session.run("diff", "--format", "patch", "same2.txt", "up.txt", binary=True).stdout
+    assert b"+renamed within its dir" in patch and b"+from a subdirectory" in patch
+    # the whole patch reproduces the view with git apply
+    patch = session.run("diff", "--format", "patch", binary=True).stdout
+    work = os.path.join(session.root, "applied")
+    shutil.copytree(session.lower, work)
+    pf = os.path.join(session.root, "p.diff")
+    with open(pf, "wb") as f:
+        f.write(patch)
+    r = subprocess.run(["git", "apply", "--binary", pf], cwd=work, capture_output=True)
+    assert r.returncode == 0, r.stderr
+    assert files_only(snapshot(work), git_modes=True) == files_only(session.view(metacopy=True), git_modes=True)
+
+
+def test_tar(session):
+    populate(session.lower)
+    session.change(edit, metacopy=True)
+    tp = os.path.join(session.root, "layer.tar")
+    with open(tp, "wb") as f:
+        f.write(session.run("diff", "--format", "tar", binary=True).stdout)
+    with tarfile.open(tp) as t:
+        members = {m.name: m for m in t.getmembers()}
+        assert t.extractfile(members["dir/moved.bin"]).read() == BIG
+        assert t.extractfile(members["chmod.txt"]).read() == b"chmod me\n"
+        assert members["chmod.txt"].mode == 0o755
+        for m in members.values():
+            assert not any(k.startswith("SCHILY.xattr.trusted.") for k in m.pax_headers), (m.name, m.pax_headers)
+    assert b"trusted.overlay" not in read(tp)
+    dest = os.path.join(session.root, "dest")
+    shutil.copytree(session.lower, dest)
+    oci_apply(tp, dest)
+    assert snapshot(dest) == session.view(metacopy=True)
+
+
+def test_commit_all(session):
+    populate(session.lower)
+    session.change(edit, metacopy=True)
+    want = session.view(metacopy=True)
+    session.run("commit")
+    got = snapshot(session.lower)  # the workspace itself, not a mount
+    assert got == want
+    assert got["dir/moved.bin"] == ("file", 0o644, BIG)
+    assert got["chmod.txt"] == ("file", 0o755, b"chmod me\n")
+    assert "moved.bin" not in got and "same.txt" not in got and "dir/deep.txt" not in got
+    assert os.listdir(session.upper) == []
+    assert session.changes() == {}
+
+
+def test_commit_renamed_only(session):
+    """mv moved.bin dir/moved.bin, commit only the new name: the old one stays deleted in the session."""
+    populate(session.lower)
+    session.change(edit, metacopy=True)
+    want = session.view(metacopy=True)
+    res = json.loads(session.run("commit", "dir/moved.bin").stdout)
+    assert res["committed"] == ["dir/moved.bin"] and res["materialized"] == []
+    assert read(os.path.join(session.lower, "dir/moved.bin")) == BIG
+    assert read(os.path.join(session.lower, "moved.bin")) == BIG  # not selected: still there
+    assert not os.path.lexists(up(session, "dir/moved.bin"))
+    assert session.view(metacopy=True) == want
+    assert session.changes("moved.bin")["moved.bin"]["status"] == "deleted"
+
+
+def test_partial_commit_of_the_old_name_keeps_the_new_one(session):
+    """mv moved.bin dir/moved.bin, then commit only moved.bin (its deletion): the kept
+    metacopy would lose its data, so it gets a copy first and keeps showing BIG."""
+    populate(session.lower)
+    session.change(edit, metacopy=True)
+    want = session.view(metacopy=True)
+    res = json.loads(session.run("commit", "moved.bin").stdout)
+    assert res["committed"] == ["moved.bin"]
+    assert res["materialized"] == ["dir/moved.bin"]
+    assert not os.path.lexists(os.path.join(session.lower, "moved.bin"))
+    u = up(session, "dir/moved.bin")
+    assert not is_metacopy(u) and read(u) == BIG
+    with pytest.raises(OSError):
+        os.getxattr(u, "trusted.overlay.redirect")
+    assert stat.S_IMODE(os.stat(u).st_mode) == 0o644
+    assert session.view(metacopy=True) == want
+    c = session.changes()["dir/moved.bin"]
+    assert c["status"] == "added" and c["new"]["size"] == len(BIG)
+    # the other metacopies did not depend on moved.bin: left alone
+    assert is_metacopy(up(session, "same2.txt")) and is_metacopy(up(session, "chmod.txt"))
+    session.run("commit")
+    assert snapshot(session.lower) == want
+
+
+def test_partial_commit_of_a_replaced_old_name(session):
+    """mv a b; echo new > a; commit a: b must not show "new"."""
+    populate(session.lower)
+
+    def ed(m):
+        os.rename(os.path.join(m, "same.txt"), os.path.join(m, "b.txt"))
+        with open(os.path.join(m, "same.txt"), "wb") as f:
+            f.write(b"new\n")
+    session.change(ed, metacopy=True)
+    assert is_metacopy(up(session, "b.txt"))
+    res = json.loads(session.run("commit", "same.txt").stdout)
+    assert res["materialized"] == ["b.txt"]
+    assert read(os.path.join(session.lower, "same.txt")) == b"new\n"
+    assert session.view(metacopy=True)["b.txt"] == ("file", 0o644, b"renamed within its dir\n")
+    assert session.changes()["b.txt"]["status"] == "added"
+
+
+def test_partial_commit_of_the_data_dir(session):
+    """The data lies below a selected directory that the commit deletes."""
+    populate(session.lower)
+
+    def ed(m):
+        os.rename(os.path.join(m, "dir/deep.txt"), os.path.join(m, "out.txt"))
+        shutil.rmtree(os.path.join(m, "dir"))
+    session.change(ed, metacopy=True)
+    assert is_metacopy(up(session, "out.txt"))
+    res = json.loads(session.run("commit", "dir").stdout)
+    assert res["materialized"] == ["out.txt"]
+    assert not os.path.exists(os.path.join(session.lower, "dir"))
+    assert session.view(metacopy=True)["out.txt"] == ("file", 0o644, b"from a subdirectory\n")
+
+
+def test_partial_commit_unrelated_leaves_metacopies(session):
+    populate(session.lower)
+    session.change(edit, metacopy=True)
+    res = json.loads(session.run("commit", "chmod.txt").stdout)
+    assert res["materialized"] == []
+    assert os.stat(os.path.join(session.lower, "chmod.txt")).st_mode & 0o777 == 0o755
+    assert read(os.path.join(session.lower, "chmod.txt")) == b"chmod me\n"
+    for p in ["dir/moved.bin", "same2.txt", "up.txt"]:
+        assert is_metacopy(up(session, p)), p
+
+
+def test_hand_made_metacopy_keeps_xattrs_and_owner(session):
+    """A metacopy with a user xattr and another owner: commit takes them from the upper, the data from below."""
+    populate(session.lower)
+    src = os.path.join(session.lower, "keep.txt")
+    u = up(session, "keep.txt")
+    make_metacopy(u, src, mode=0o640)
+    os.setxattr(u, "user.note", b"hi")
+    os.chown(u, 1234, 2345)
+    c = session.changes()["keep.txt"]
+    assert not c["content"] and c["metadata"]
+    session.run("commit", "--owner", "preserve")
+    p = os.path.join(session.lower, "keep.txt")
+    st = os.stat(p)
+    assert read(p) == b"not touched\n" and stat.S_IMODE(st.st_mode) == 0o640
+    assert (st.st_uid, st.st_gid) == (1234, 2345)
+    assert os.getxattr(p, "user.note") == b"hi"
+    assert not [x for x in os.listxattr(p) if x.startswith("trusted.")]
+
+
+def test_bad_metacopies(session):
+    populate(session.lower)
+    src = os.path.join(session.lower, "keep.txt")
+    make_metacopy(up(session, "missing.txt"), src, redirect="/nope.txt")
+    before = snapshot(session.lower)
+    p = session.run("diff", check=False)
+    assert p.returncode == 1
+    assert "missing.txt" in p.stderr and "/nope.txt" in p.stderr, p.stderr
+    p = session.run("commit", check=False)
+    assert p.returncode == 1 and "missing.txt" in p.stderr
+    assert snapshot(session.lower) == before  # nothing written
+    assert not [n for n in os.listdir(session.lower) if n.startswith(".#draftfs")]
+    # status still works, and discard is the way out
+    assert json.loads(session.run("status").stdout)["summary"]["added"] == 1
+    os.unlink(up(session, "missing.txt"))
+    for bad in [b"/../keep.txt", b"a/b", b"..", b"/dir//deep.txt", b""]:
+        make_metacopy(up(session, "bad.txt"), src)
+        os.setxattr(up(session, "bad.txt"), "trusted.overlay.redirect", bad)
+        p = session.run("diff", check=False)
+        assert p.returncode == 1 and "bad.txt" in p.stderr and "malformed" in p.stderr, (bad, p.stderr)
+        os.unlink(up(session, "bad.txt"))
+    # a redirect to a directory or a symlink is no data
+    os.symlink("keep.txt", os.path.join(session.lower, "link"))
+    for target in ["/dir", "/link"]:
+        make_metacopy(up(session, "odd.txt"), src, redirect=target)
+        p = session.run("diff", check=False)
+        assert p.returncode == 1 and "not a regular file" in p.stderr, (target, p.stderr)
+        os.unlink(up(session, "odd.txt"))
+    make_metacopy(up(session, "odd.txt"), src, redirect="/dir")
+    session.run("discard", "odd.txt")
+    assert session.changes() == {}
+
+
+def test_discard(session):
+    populate(session.lower)
+    session.change(edit, metacopy=True)
+    before = snapshot(session.lower)
+    # the old name back: the renamed metacopy still reads it
+    session.run("discard", "moved.bin")
+    v = session.view(metacopy=True)
+    assert v["moved.bin"] == ("file", 0o644, BIG) and v["dir/moved.bin"] == ("file", 0o644, BIG)
+    session.run("discard", "dir/moved.bin", "chmod.txt")
+    v = session.view(metacopy=True)
+    assert "dir/moved.bin" not in v and v["chmod.txt"] == ("file", 0o644, b"chmod me\n")
+    assert set(session.changes()) == {"same.txt", "same2.txt", "dir/deep.txt", "up.txt"}
+    session.run("discard")
+    assert session.changes() == {} and os.listdir(session.upper) == []
+    assert snapshot(session.lower) == before
+
+
+def edit_more(m):
+    edit(m)
+    # the data of kept2.txt is replaced at its old name: a stale re-read would give "new"
+    os.rename(os.path.join(m, "keep.txt"), os.path.join(m, "kept2.txt"))
+    with open(os.path.join(m, "keep.txt"), "wb") as f:
+        f.write(b"new\n")
+
+
+def count_steps(args):
+    s = fresh(edit_more)
+    try:
+        p = s.run("commit", *args, env={"DRAFTFS_FAULT": "count"})
+        return [line.split()[3] for line in p.stderr.splitlines() if line.startswith("draftfs-fault: step")]
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("args", [[], ["moved.bin", "same.txt", "same2.txt", "chmod.txt", "keep.txt"]],
+                         ids=["all", "partial"])
+def test_kill_at_every_step_then_recover(args):
+    """A kill at each step of a commit with metacopies, then recover: the workspace ends
+    with the view's data, never the zeros of a metacopy or the data a rename replaced."""
+    names = count_steps(args)
+    assert "journal-staged" in names
+    if args:
+        assert "materialize" in names
+    for n in range(1, len(names) + 1):
+        s = fresh(edit_more)
+        try:
+            want = s.view(metacopy=True)
+            assert want["kept2.txt"] == ("file", 0o644, b"not touched\n")
+            p = s.run("commit", *args, env={"DRAFTFS_FAULT": "exit:%d" % n}, check=False)
+            assert p.returncode == 99, (n, p.returncode, p.stderr)
+            s.run("recover")
+            got = s.view(metacopy=True)
+            assert got == want, "step %d (%s)" % (n, names[n - 1])
+            if not args:
+                assert snapshot(s.lower) == want, "step %d (%s)" % (n, names[n - 1])
+                assert s.changes() == {}
+            s.run("commit")
+            assert snapshot(s.lower) == want, "step %d (%s)" % (n, names[n - 1])
+        finally:
+            s.close()
+
+
+def test_kill_with_an_unchanged_metacopy_then_recover():
+    """twin.txt is a metacopy of orig.txt with the same bytes and metadata as the lower twin.txt:
+    no change, but a commit of orig.txt's deletion takes its data away. A kill after that
+    must still recover (the journal says staging had finished)."""
+    def make():
+        s = Session()
+        for n in ["orig.txt", "twin.txt"]:
+            with open(os.path.join(s.lower, n), "wb") as f:
+                f.write(b"twins\n")
+            os.utime(os.path.join(s.lower, n), ns=(10**18, 10**18))
+        s.change(lambda m: os.unlink(os.path.join(m, "orig.txt")), metacopy=True)
+        make_metacopy(up(s, "twin.txt"), os.path.join(s.lower, "orig.txt"), redirect="/orig.txt")
+        return s
+    s = make()
+    try:
+        assert set(s.changes()) == {"orig.txt"}
+        p = s.run("commit", "orig.txt", "twin.txt", env={"DRAFTFS_FAULT": "count"})
+        names = [line.split()[3] for line in p.stderr.splitlines() if line.startswith("draftfs-fault: step")]
+        assert "journal-staged" in names
+    finally:
+        s.close()
+    for n in range(1, len(names) + 1):
+        s = make()
+        try:
+            p = s.run("commit", "orig.txt", "twin.txt", env={"DRAFTFS_FAULT": "exit:%d" % n}, check=False)
+            assert p.returncode == 99, (n, p.stderr)
+            s.run("recover")
+            assert snapshot(s.lower) == {"twin.txt": ("file", 0o644, b"twins\n")}, (n, names[n - 1])
+            assert s.changes() == {} and os.listdir(s.upper) == []
+        finally:
+            s.close()
