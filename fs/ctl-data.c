@@ -165,8 +165,20 @@ int ovl_upper_data_open(const struct ovl_layers *l, const struct ovl_data_loc *l
 	return fd;
 }
 
-/* Copies the data of @in (@size bytes) over the start of @fd, keeping @fd's metadata as @st has it. */
-static int copy_in_place(int in, int fd, off_t size, const struct stat *st)
+int ovl_upper_data_copy(int data_fd, off_t data_size, int out_fd, off_t size)
+{
+	int r;
+
+	r = ovl_copy_fd(data_fd, out_fd, (uint64_t)MIN(data_size, size));
+	if (r < 0)
+		return r;
+	if (data_size < size && ftruncate(out_fd, size) < 0)
+		return -errno;
+	return 0;
+}
+
+/* Copies the data of @in (@data_size bytes) over the start of the metacopy @fd, keeping its metadata as @st has it. */
+static int copy_in_place(int in, off_t data_size, int fd, const struct stat *st)
 {
 	struct timespec ts[2] = { st->st_atim, st->st_mtim };
 	char caps[256];
@@ -178,11 +190,9 @@ static int copy_in_place(int in, int fd, off_t size, const struct stat *st)
 	ncaps = fgetxattr(fd, XATTR_CAPS, caps, sizeof(caps));
 	if (lseek(fd, 0, SEEK_SET) < 0)
 		return -errno;
-	r = ovl_copy_fd(in, fd, (uint64_t)size);
+	r = ovl_upper_data_copy(in, data_size, fd, st->st_size);
 	if (r < 0)
 		return r;
-	if (st->st_size != size && ftruncate(fd, size) < 0)
-		return -errno;
 	if (fstat(fd, &now) < 0)
 		return -errno;
 	if ((now.st_mode & 07777) != (st->st_mode & 07777) && fchmod(fd, st->st_mode & 07777) < 0)
@@ -223,7 +233,7 @@ int ovl_upper_materialize(const struct ovl_layers *l, const char *path, cJSON **
 	fd = fd_reopen(pfd, O_WRONLY | O_NOCTTY);
 	if (fd < 0)
 		return ovl_ctl_error(ret_error, fd, "io", one_path(path), "cannot open '%s' in upper for writing", path);
-	r = copy_in_place(in, fd, dst.st_size, &st);
+	r = copy_in_place(in, dst.st_size, fd, &st);
 	if (r >= 0 && fdatasync(fd) < 0)
 		r = -errno;
 	/* the data is safe: now the file may say it holds it (metacopy first: a stale redirect alone means nothing) */
@@ -384,7 +394,26 @@ static int read_once(const struct ovl_layers *l, int fd, const char *path, size_
 		free(buf);
 		return r;
 	}
-	*ret_stable = stat_same(&before, &after) && (off_t)size == (data >= 0 ? dst.st_size : after.st_size);
+	*ret_stable = stat_same(&before, &after) && (data >= 0 || (off_t)size == after.st_size);
+	if (data >= 0 && (off_t)size != after.st_size) {
+		/* a metacopy shows its data cut or zero-extended to its own size */
+		if ((uint64_t)after.st_size > max) {
+			free(buf);
+			return -EFBIG;
+		}
+		if ((off_t)size < after.st_size) {
+			char *nb = realloc(buf, (size_t)after.st_size + 1);
+
+			if (!nb) {
+				free(buf);
+				return -ENOMEM;
+			}
+			buf = nb;
+			memset(buf + size, 0, (size_t)after.st_size - size);
+		}
+		size = (size_t)after.st_size;
+		buf[size] = '\0';
+	}
 	*ret = buf;
 	*ret_size = size;
 	return 0;
@@ -438,7 +467,10 @@ static int copy_once(const struct ovl_layers *l, int fd, const char *path, int t
 	r = open_content(l, fd, path, &data, &dst);
 	if (r < 0)
 		return r;
-	r = ovl_copy_fd(data >= 0 ? data : fd, tmp, (uint64_t)(data >= 0 ? dst.st_size : before.st_size));
+	if (data >= 0)
+		r = ovl_upper_data_copy(data, dst.st_size, tmp, before.st_size);
+	else
+		r = ovl_copy_fd(fd, tmp, (uint64_t)before.st_size);
 	if (r < 0)
 		return r;
 	if (fstat(fd, ret_after) < 0)

@@ -35,7 +35,8 @@ void ovl_data_loc_done(struct ovl_data_loc *loc);
 
 /*
  * Finds the data of upper regular file @name of @dir_fd (any fd of the
- * directory), whose path in the view is @path. Costs one getxattr for a
+ * directory), whose path in the view is @path. (Its size is still the
+ * upper file's: see ovl_upper_data_copy().) Costs one getxattr for a
  * file that is not a metacopy. Returns 0 and fills *ret (ret->metacopy
  * tells which kind it is), or -errno: -EBADMSG for a malformed redirect,
  * -EIO when the data is missing from the lower view or is not a regular
@@ -59,6 +60,17 @@ int ovl_upper_data_locate_fd(const struct ovl_layers *l, int fd, const char *pat
  * a metacopy.
  */
 int ovl_upper_data_open(const struct ovl_layers *l, const struct ovl_data_loc *loc, int flags, struct stat *ret_st);
+
+/*
+ * Copies the content of a metacopy of size @size (its upper file's, the
+ * size the view shows) whose data @data_fd is @data_size bytes long: the
+ * first @size bytes, zeros past the data's end (the kernel and the core
+ * show the same; both sizes are equal unless the data changed below the
+ * metacopy). @out_fd is written from its current offset, which must be 0
+ * when the data is shorter (it is then extended to @size). Returns 0 or
+ * -errno.
+ */
+int ovl_upper_data_copy(int data_fd, off_t data_size, int out_fd, off_t size);
 
 /*
  * Gives the upper metacopy at view path @path its own data, in place: the

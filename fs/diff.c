@@ -301,7 +301,6 @@ static int set_new(const struct walk *w, struct ovl_change *c, const struct stat
 		return r;
 	c->metacopy = true;
 	if (loc->path) {
-		c->new.size = loc->st.st_size;
 		c->data_layer = loc->layer;
 		c->data_path = TAKE_PTR(loc->path);
 	}
@@ -555,13 +554,12 @@ static int compare_same_type(const struct walk *w, int ufd, const char *name, co
 		*meta = *meta || ust->st_mtim.tv_sec != lst->st_mtim.tv_sec ||
 		        ust->st_mtim.tv_nsec != lst->st_mtim.tv_nsec;
 	if (S_ISREG(ust->st_mode)) {
-		off_t size = loc->metacopy ? loc->st.st_size : ust->st_size;
-
-		if (loc->metacopy && !loc->path) {
-			*content = true; /* OVL_DIFF_LENIENT: the data is gone */
+		if (loc->metacopy && (!loc->path || loc->st.st_size != ust->st_size)) {
+			/* the data is gone (OVL_DIFF_LENIENT), or changed below the metacopy: cut or extended */
+			*content = true;
 		} else if (loc->metacopy && loc->st.st_dev == lst->st_dev && loc->st.st_ino == lst->st_ino) {
 			*content = false;
-		} else if (size != lst->st_size) {
+		} else if (ust->st_size != lst->st_size) {
 			*content = true;
 		} else {
 			r = files_equal(w, ufd, name, loc, lfd);

@@ -61,7 +61,8 @@ struct ovl_change {
 	char *origin;       /* its raw value */
 	/*
 	 * The new side is a metacopy (ctl-data.h): its content is the lower
-	 * file @data_path of layer @data_layer, new.size is that file's size.
+	 * file @data_path of layer @data_layer (cut or zero-extended to
+	 * new.size, the upper file's size, should the two differ).
 	 * data_path is NULL only under OVL_DIFF_LENIENT, for a metacopy
 	 * whose data is gone (content is then true).
 	 */
