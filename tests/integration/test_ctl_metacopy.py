@@ -264,6 +264,24 @@ def test_hand_made_metacopy_keeps_xattrs_and_owner(session):
     assert not [x for x in os.listxattr(p) if x.startswith("trusted.")]
 
 
+def test_data_changed_below_a_metacopy(session):
+    """The host appends to the data of a chmod-only metacopy: the file keeps its own size (as
+    the core shows it and copies it up), so the diff, the tar and the commit take that many bytes."""
+    populate(session.lower)
+    session.change(edit, metacopy=True)
+    with open(os.path.join(session.lower, "chmod.txt"), "ab") as f:
+        f.write(b"host\n")
+    c = session.changes()["chmod.txt"]
+    assert c["content"] and c["new"]["size"] == 9 and c["old"]["size"] == 14
+    tp = os.path.join(session.root, "layer.tar")
+    with open(tp, "wb") as f:
+        f.write(session.run("diff", "--format", "tar", "chmod.txt", binary=True).stdout)
+    with tarfile.open(tp) as t:
+        assert t.extractfile("chmod.txt").read() == b"chmod me\n"
+    session.run("commit", "chmod.txt")
+    assert read(os.path.join(session.lower, "chmod.txt")) == b"chmod me\n"
+
+
 def test_bad_metacopies(session):
     populate(session.lower)
     src = os.path.join(session.lower, "keep.txt")
