@@ -139,9 +139,11 @@ struct ovl_commit_opts {
  * @opts may be NULL for the defaults.
  *
  * *ret_result: { "committed": [paths], "kept": [ { "path": p, "reason": r } ],
- *   "summary": {...}, "invalidated_mounts": N }
+ *   "materialized": [paths], "summary": {...}, "invalidated_mounts": N }
  * "kept" lists deletions that stay in upper as whiteouts because a base
- * layer below the target still has the name.
+ * layer below the target still has the name. "materialized" lists the
+ * metacopies outside a partial commit's selection that got their own data
+ * in upper because the commit changed the lower file holding it.
  */
 int ovl_ctl_commit(struct ovl_ctl *c, char *const *paths, const struct ovl_commit_opts *opts,
                    cJSON **ret_result, cJSON **ret_error);
