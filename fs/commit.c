@@ -676,10 +676,7 @@ static int stage_file(struct commit *cm, const struct ovl_change *e, int upfd, c
 		out = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (out < 0)
 		return -errno;
-	if (data >= 0)
-		r = ovl_upper_data_copy(data, dst.st_size, out, ist.st_size);
-	else
-		r = ovl_copy_fd(in, out, (uint64_t)ist.st_size);
+	r = ovl_upper_data_copy(in, data, dst.st_size, out, ist.st_size);
 	if (r < 0)
 		return r;
 	if (fchown(out, uid, gid) < 0 || fchmod(out, ist.st_mode & 07777) < 0)

@@ -196,10 +196,12 @@ int ovl_upper_data_open(const struct ovl_layers *l, const struct ovl_data_loc *l
 	return fd;
 }
 
-int ovl_upper_data_copy(int data_fd, off_t data_size, int out_fd, off_t size)
+int ovl_upper_data_copy(int upper_fd, int data_fd, off_t data_size, int out_fd, off_t size)
 {
 	int r;
 
+	if (data_fd < 0)
+		return ovl_copy_fd(upper_fd, out_fd, (uint64_t)size);
 	r = ovl_copy_fd(data_fd, out_fd, (uint64_t)MIN(data_size, size));
 	if (r < 0)
 		return r;
@@ -221,7 +223,7 @@ static int copy_in_place(int in, off_t data_size, int fd, const struct stat *st)
 	ncaps = fgetxattr(fd, XATTR_CAPS, caps, sizeof(caps));
 	if (lseek(fd, 0, SEEK_SET) < 0)
 		return -errno;
-	r = ovl_upper_data_copy(in, data_size, fd, st->st_size);
+	r = ovl_upper_data_copy(-1, in, data_size, fd, st->st_size);
 	if (r < 0)
 		return r;
 	if (fstat(fd, &now) < 0)
@@ -490,7 +492,7 @@ static int copy_once(const struct ovl_layers *l, int fd, const char *path, int t
                      bool *ret_stable)
 {
 	_cleanup_close_ int data = -1;
-	struct stat before, dst;
+	struct stat before, dst = { 0 };
 	int r;
 
 	if (fstat(fd, &before) < 0)
@@ -498,10 +500,7 @@ static int copy_once(const struct ovl_layers *l, int fd, const char *path, int t
 	r = open_content(l, fd, path, &data, &dst);
 	if (r < 0)
 		return r;
-	if (data >= 0)
-		r = ovl_upper_data_copy(data, dst.st_size, tmp, before.st_size);
-	else
-		r = ovl_copy_fd(fd, tmp, (uint64_t)before.st_size);
+	r = ovl_upper_data_copy(fd, data, dst.st_size, tmp, before.st_size);
 	if (r < 0)
 		return r;
 	if (fstat(fd, ret_after) < 0)

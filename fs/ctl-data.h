@@ -62,15 +62,14 @@ int ovl_upper_data_locate_fd(const struct ovl_layers *l, int fd, const char *pat
 int ovl_upper_data_open(const struct ovl_layers *l, const struct ovl_data_loc *loc, int flags, struct stat *ret_st);
 
 /*
- * Copies the content of a metacopy of size @size (its upper file's, the
- * size the view shows) whose data @data_fd is @data_size bytes long: the
- * first @size bytes, zeros past the data's end (the kernel and the core
- * show the same; both sizes are equal unless the data changed below the
- * metacopy). @out_fd is written from its current offset, which must be 0
- * when the data is shorter (it is then extended to @size). Returns 0 or
- * -errno.
+ * Copies the content of an upper regular file of size @size (the upper
+ * file's, the size the view shows) to @out_fd, from its current offset:
+ * with @data_fd < 0 all of @upper_fd; else the metacopy's data @data_fd,
+ * @data_size bytes long, cut to @size or zero-extended to it (as the core
+ * copies it up; both sizes are equal unless the data changed below the
+ * metacopy; @out_fd must then be at offset 0). Returns 0 or -errno.
  */
-int ovl_upper_data_copy(int data_fd, off_t data_size, int out_fd, off_t size);
+int ovl_upper_data_copy(int upper_fd, int data_fd, off_t data_size, int out_fd, off_t size);
 
 /*
  * Gives the upper metacopy at view path @path its own data, in place: the
