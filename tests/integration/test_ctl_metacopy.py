@@ -15,7 +15,7 @@ import tarfile
 
 import pytest
 
-from ctlutil import Session, files_only, is_metacopy, make_metacopy, oci_apply, session, snapshot  # noqa: F401
+from ctlutil import Session, files_only, is_metacopy, make_metacopy, oci_apply, session, session2, snapshot  # noqa: F401
 
 BIG = bytes(range(256)) * 64 + b"tail\n"  # 16 KiB + 5: no zeros a sparse file could pass for
 
@@ -408,3 +408,39 @@ def test_kill_with_an_unchanged_metacopy_then_recover():
             assert s.changes() == {} and os.listdir(s.upper) == []
         finally:
             s.close()
+
+
+def test_base_layer_data_and_opaque_dir(session2):
+    """The data of a metacopy in a base layer below the commit target, and a metacopy inside
+    an opaque directory (its tar entry is written with the dir's whole upper subtree)."""
+    s = session2
+    os.makedirs(os.path.join(s.lowers[1], "d"))
+    with open(os.path.join(s.lowers[1], "base.txt"), "wb") as f:
+        f.write(BIG)
+    with open(os.path.join(s.lowers[1], "d/old.txt"), "wb") as f:
+        f.write(b"old\n")
+    with open(os.path.join(s.lowers[0], "top.txt"), "wb") as f:
+        f.write(b"top\n")
+
+    def ed(m):
+        os.rename(os.path.join(m, "base.txt"), os.path.join(m, "moved.txt"))
+        shutil.rmtree(os.path.join(m, "d"))
+        os.mkdir(os.path.join(m, "d"))
+        os.rename(os.path.join(m, "top.txt"), os.path.join(m, "d/top.txt"))
+    s.change(ed, metacopy=True)
+    assert is_metacopy(up(s, "moved.txt")) and is_metacopy(up(s, "d/top.txt"))
+    ch = s.changes()
+    assert ch["moved.txt"]["new"]["size"] == len(BIG) and ch["d"].get("opaque")
+    want = s.view(metacopy=True)
+    tp = os.path.join(s.root, "layer.tar")
+    with open(tp, "wb") as f:
+        f.write(s.run("diff", "--format", "tar", binary=True).stdout)
+    with tarfile.open(tp) as t:
+        assert t.extractfile("d/top.txt").read() == b"top\n"
+        assert t.extractfile("moved.txt").read() == BIG
+    res = json.loads(s.run("commit").stdout)
+    assert {k["path"] for k in res["kept"]} == {"base.txt", "d/old.txt"}  # the base layer still has them
+    assert read(os.path.join(s.lower, "moved.txt")) == BIG
+    assert read(os.path.join(s.lower, "d/top.txt")) == b"top\n"
+    assert not os.path.exists(os.path.join(s.lower, "top.txt"))
+    assert s.view(metacopy=True) == want
