@@ -637,10 +637,11 @@ int ovl_upper_materialize_dependents(const struct ovl_layers *l, const struct ov
 	for (size_t i = 0; i < d.n_hits; i++) {
 		if (r >= 0) {
 			r = ovl_upper_materialize(l, d.hits[i], ret_error);
+			/* 0: no metacopy any more; maybe another name of an inode done just now: tell the core anyway */
+			if (r >= 0 && live)
+				live->changed(live->userdata, d.hits[i]);
 			if (r > 0) {
 				n++;
-				if (live)
-					live->changed(live->userdata, d.hits[i]);
 				if (done)
 					cJSON_AddItemToArray(done, cJSON_CreateString(d.hits[i]));
 				ovl_fault_point("materialize");

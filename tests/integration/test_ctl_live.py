@@ -506,3 +506,29 @@ def test_live_metacopies_made_by_the_core(live):
 
 def stat_mode(p):
     return os.stat(p).st_mode & 0o7777
+
+
+def test_live_metacopy_hard_links(live):
+    """Two names of one metacopy inode (links made by the core), their data's name deleted
+    and committed alone: one materialization gives both names the data."""
+    s, start = live
+    populate(s.lower)
+    m = start()
+    for n in ["R2", "R3"]:
+        os.link(os.path.join(m.mnt, "README"), os.path.join(m.mnt, n))
+    os.unlink(os.path.join(m.mnt, "README"))
+    if not is_metacopy(os.path.join(s.upper, "R2")):
+        pytest.skip("this core copies data up on link")
+    for n in ["R2", "R3"]:
+        with open(os.path.join(m.mnt, n)) as f:
+            assert f.read() == "readme\n"
+    out = json.loads(m.run("commit", "README").stdout)
+    assert len(out["materialized"]) == 1 and out["materialized"][0] in ("R2", "R3")
+    assert not os.path.exists(os.path.join(s.lower, "README"))
+    for n in ["R2", "R3"]:
+        assert not is_metacopy(os.path.join(s.upper, n))
+        with open(os.path.join(m.mnt, n)) as f:
+            assert f.read() == "readme\n"
+    m.run("commit", "--force")  # their origin names README, gone now (see above)
+    for n in ["R2", "R3"]:
+        assert open(os.path.join(s.lower, n)).read() == "readme\n"
