@@ -532,3 +532,41 @@ def test_live_metacopy_hard_links(live):
     m.run("commit", "--force")  # their origin names README, gone now (see above)
     for n in ["R2", "R3"]:
         assert open(os.path.join(s.lower, n)).read() == "readme\n"
+
+
+def test_live_moved_dir_of_metacopies(live):
+    """A merged directory moved through draftfs: its lower files become metacopies in the
+    new subtree, redirected to the old paths. Committing the old dir's deletion alone gives
+    them their data first; the moved dir then commits with its content."""
+    s, start = live
+    populate(s.lower)
+    m = start()
+    os.rename(os.path.join(m.mnt, "old"), os.path.join(m.mnt, "new"))
+    u = os.path.join(s.upper, "new/deep/x")
+    if not is_metacopy(u):
+        pytest.skip("this core copies the data of a moved directory")
+    assert os.getxattr(u, "trusted.overlay.redirect") == b"/old/deep/x"
+    ch = m.changes()
+    assert ch["new/deep/x"]["status"] == "added" and ch["new/deep/x"]["new"]["size"] == 2
+    assert ch["old/deep/x"]["status"] == "deleted"
+    want = snapshot(m.mnt)
+    out = json.loads(m.run("commit", "old").stdout)
+    assert out["materialized"] == ["new/deep/x"]
+    assert not os.path.exists(os.path.join(s.lower, "old")) and not is_metacopy(u)
+    assert snapshot(m.mnt) == want
+    m.run("commit", "--force", "new")  # the origin records name old/..., committed away (see above)
+    assert open(os.path.join(s.lower, "new/deep/x")).read() == "x\n"
+    assert snapshot(m.mnt) == want and m.changes() == {}
+
+
+def test_live_moved_dir_commit_all(live):
+    s, start = live
+    populate(s.lower)
+    m = start()
+    os.rename(os.path.join(m.mnt, "old"), os.path.join(m.mnt, "new"))
+    os.rename(os.path.join(m.mnt, "src"), os.path.join(m.mnt, "new/src"))
+    want = snapshot(m.mnt)
+    m.run("commit")
+    assert snapshot(s.lower) == want and snapshot(m.mnt) == want
+    assert open(os.path.join(s.lower, "new/src/a.c")).read() == "int a;\n"
+    assert m.changes() == {}
