@@ -1346,7 +1346,7 @@ int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, con
 	if (live)
 		live->quiesce(live->userdata, true);
 	/* a recovery may find the data of a metacopy already changed: it keeps the staged temp then */
-	r = ovl_diff_compute(env->layers, sel, OVL_DIFF_ORIGINS | (recovering ? OVL_DIFF_LENIENT : 0), &changes,
+	r = ovl_diff_compute(env->layers, sel, OVL_DIFF_ORIGINS | OVL_DIFF_DATA | (recovering ? OVL_DIFF_LENIENT : 0), &changes,
 	                     ret_error);
 	if (r < 0)
 		goto out;

@@ -58,7 +58,7 @@ int ovl_op_diff(const struct ovl_ctl_env *env, enum ovl_diff_format format, char
 	r = ovl_sel_parse(paths, &sel, ret_error);
 	if (r < 0)
 		return r;
-	r = ovl_diff_compute(env->layers, &sel, 0, &c, ret_error);
+	r = ovl_diff_compute(env->layers, &sel, format == OVL_DIFF_JSON ? 0 : OVL_DIFF_DATA, &c, ret_error);
 	if (r < 0)
 		return r;
 	r = ovl_diff_check_selection(env->layers, &sel, c, ret_error);

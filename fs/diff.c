@@ -712,7 +712,13 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 
 	if (m != OVL_SEL_INSIDE)
 		return 0;
-	if (S_ISREG(ust.st_mode)) {
+	/*
+	 * Where the data is (one xattr read, from disk when cold): for the
+	 * readers of data (OVL_DIFF_DATA), else only where the content must be
+	 * compared with a lower file of the same size.
+	 */
+	if (S_ISREG(ust.st_mode) && ((w->flags & OVL_DIFF_DATA) || (found && S_ISREG(lst.st_mode) &&
+								     ust.st_size == lst.st_size))) {
 		r = locate_data(w, ufd, name, path, &loc);
 		if (r < 0)
 			return r;

@@ -91,6 +91,14 @@ enum {
 	 * commit may have changed the data already), discard and status.
 	 */
 	OVL_DIFF_LENIENT = 1 << 1,
+	/*
+	 * Find the data of every upper regular file (metacopy, data_path), for
+	 * the callers that read it (patch, tar, commit). Without it only a file
+	 * of the same size as the lower one it shadows is looked at (its content
+	 * is compared); the others' content differs by their size or is new,
+	 * and they are not known as metacopies (the change list stays right).
+	 */
+	OVL_DIFF_DATA = 1 << 2,
 };
 
 /*

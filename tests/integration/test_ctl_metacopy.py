@@ -287,9 +287,14 @@ def test_bad_metacopies(session):
     src = os.path.join(session.lower, "keep.txt")
     make_metacopy(up(session, "missing.txt"), src, redirect="/nope.txt")
     before = snapshot(session.lower)
-    p = session.run("diff", check=False)
-    assert p.returncode == 1
-    assert "missing.txt" in p.stderr and "/nope.txt" in p.stderr, p.stderr
+    # The JSON change list reads no data: the file is listed (new, by its name and size)...
+    p = session.run("diff")
+    assert [c["path"] for c in json.loads(p.stdout)["changes"]] == ["missing.txt"]
+    # ... what reads the data says what is wrong with it.
+    for fmt in ("patch", "tar"):
+        p = session.run("diff", "--format", fmt, "--output", os.path.join(session.root, "out." + fmt), check=False)
+        assert p.returncode == 1
+        assert "missing.txt" in p.stderr and "/nope.txt" in p.stderr, p.stderr
     p = session.run("commit", check=False)
     assert p.returncode == 1 and "missing.txt" in p.stderr
     assert snapshot(session.lower) == before  # nothing written
@@ -300,14 +305,16 @@ def test_bad_metacopies(session):
     for bad in [b"/../keep.txt", b"a/b", b"..", b"/dir//deep.txt", b""]:
         make_metacopy(up(session, "bad.txt"), src)
         os.setxattr(up(session, "bad.txt"), "trusted.overlay.redirect", bad)
-        p = session.run("diff", check=False)
+        p = session.run("diff", "--format", "patch", "--output", os.path.join(session.root, "out.patch"),
+                        check=False)
         assert p.returncode == 1 and "bad.txt" in p.stderr and "malformed" in p.stderr, (bad, p.stderr)
         os.unlink(up(session, "bad.txt"))
     # a redirect to a directory or a symlink is no data
     os.symlink("keep.txt", os.path.join(session.lower, "link"))
     for target in ["/dir", "/link"]:
         make_metacopy(up(session, "odd.txt"), src, redirect=target)
-        p = session.run("diff", check=False)
+        p = session.run("diff", "--format", "patch", "--output", os.path.join(session.root, "out.patch"),
+                        check=False)
         assert p.returncode == 1 and "not a regular file" in p.stderr, (target, p.stderr)
         os.unlink(up(session, "odd.txt"))
     make_metacopy(up(session, "odd.txt"), src, redirect="/dir")
