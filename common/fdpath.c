@@ -340,7 +340,8 @@ int opendir_at(int dir_fd, DIR **ret)
 	return 0;
 }
 
-static int dir_usage_walk(int dir_fd, uint64_t *inodes, uint64_t *bytes, unsigned depth)
+static int dir_usage_walk(int dir_fd, dir_usage_bytes_fn bytes_of, uint64_t *inodes, uint64_t *bytes,
+			  unsigned depth)
 {
 	_cleanup_closedir_ DIR *d = NULL;
 	struct dirent *de;
@@ -360,14 +361,14 @@ static int dir_usage_walk(int dir_fd, uint64_t *inodes, uint64_t *bytes, unsigne
 			continue;
 		(*inodes)++;
 		if (S_ISREG(st.st_mode))
-			*bytes += (uint64_t)st.st_size;
+			*bytes += bytes_of ? bytes_of(dirfd(d), de->d_name, &st) : (uint64_t)st.st_size;
 		if (S_ISDIR(st.st_mode)) {
 			_cleanup_close_ int cfd = openat(dirfd(d), de->d_name,
 			                                 O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
 			if (cfd < 0)
 				continue;
-			r = dir_usage_walk(cfd, inodes, bytes, depth + 1);
+			r = dir_usage_walk(cfd, bytes_of, inodes, bytes, depth + 1);
 			if (r < 0)
 				return r;
 		}
@@ -375,12 +376,12 @@ static int dir_usage_walk(int dir_fd, uint64_t *inodes, uint64_t *bytes, unsigne
 	return 0;
 }
 
-int dir_usage_at(int dir_fd, uint64_t *ret_inodes, uint64_t *ret_bytes)
+int dir_usage_at(int dir_fd, dir_usage_bytes_fn bytes_of, uint64_t *ret_inodes, uint64_t *ret_bytes)
 {
 	uint64_t inodes = 0, bytes = 0;
 	int r;
 
-	r = dir_usage_walk(dir_fd, &inodes, &bytes, 0);
+	r = dir_usage_walk(dir_fd, bytes_of, &inodes, &bytes, 0);
 	if (r < 0)
 		return r;
 	*ret_inodes = inodes;

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 /* True if @name is one valid path component: non-empty, not "." or "..", no '/', at most NAME_MAX bytes. */
@@ -72,13 +73,16 @@ int fd_reopen(int fd, int flags);
  */
 int opendir_at(int dir_fd, DIR **ret);
 
+/* The bytes regular file @name of @dir_fd (stat @st) counts for (see dir_usage_at()). */
+typedef uint64_t (*dir_usage_bytes_fn)(int dir_fd, const char *name, const struct stat *st);
+
 /*
  * Adds up the tree below @dir_fd without following symlinks or crossing into
  * other directories by name: every entry counts one inode, regular files add
- * their st_size. Entries that vanish during the walk are skipped. Returns 0
- * or -errno (-ELOOP past 4096 levels).
+ * their st_size, or what @bytes_of says (when not NULL). Entries that vanish
+ * during the walk are skipped. Returns 0 or -errno (-ELOOP past 4096 levels).
  */
-int dir_usage_at(int dir_fd, uint64_t *ret_inodes, uint64_t *ret_bytes);
+int dir_usage_at(int dir_fd, dir_usage_bytes_fn bytes_of, uint64_t *ret_inodes, uint64_t *ret_bytes);
 
 /* True if the kernel supports openat2(RESOLVE_BENEATH). Cached. */
 bool have_openat2(void);

@@ -17,6 +17,7 @@
 #include "journal.h"
 #include "json-util.h"
 #include "layertar.h"
+#include "metacopy.h"
 #include "patch.h"
 
 const char *ovl_diff_format_to_string(enum ovl_diff_format f)
@@ -107,7 +108,7 @@ int ovl_op_status(const struct ovl_ctl_env *env, cJSON **ret_result, cJSON **ret
 	r = ovl_diff_compute(env->layers, &all, OVL_DIFF_LENIENT, &c, ret_error);
 	if (r < 0)
 		return r;
-	r = dir_usage_at(env->layers->upper_fd, &inodes, &bytes);
+	r = dir_usage_at(env->layers->upper_fd, ovl_upper_file_bytes, &inodes, &bytes);
 	if (r < 0)
 		return ovl_ctl_error(ret_error, r, "io", NULL, "cannot walk the upper layer");
 	res = cJSON_CreateObject();

@@ -62,3 +62,16 @@ int ovl_metacopy_get(int fd, char data_path[static PATH_MAX])
 	memcpy(data_path, p, (size_t)n); /* n - 1 bytes and the NUL */
 	return 1;
 }
+
+uint64_t ovl_upper_file_bytes(int dir_fd, const char *name, const struct stat *st)
+{
+	char p[64 + NAME_MAX];
+	ssize_t n;
+
+	/* One path walk through the dir's magic link; lgetxattr does not follow @name. */
+	if (strlen(name) > NAME_MAX || strchr(name, '/'))
+		return (uint64_t)st->st_size;
+	snprintf(p, sizeof(p), "/proc/self/fd/%d/%s", dir_fd, name);
+	n = lgetxattr(p, OVL_XATTR_METACOPY, NULL, 0);
+	return n >= 0 ? 0 : (uint64_t)st->st_size;
+}

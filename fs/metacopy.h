@@ -11,6 +11,8 @@
 #pragma once
 
 #include <limits.h>
+#include <stdint.h>
+#include <sys/stat.h>
 
 #define OVL_XATTR_METACOPY "trusted.overlay.metacopy"
 #define OVL_XATTR_MC_REDIRECT "trusted.overlay.redirect"
@@ -30,3 +32,10 @@
  * nor one name ("." / ".." / empty components, a NUL inside, too long).
  */
 int ovl_metacopy_get(int fd, char data_path[static PATH_MAX]);
+
+/*
+ * The bytes upper regular file @name of @dir_fd (stat @st) holds for the
+ * quota and status: its size, or 0 for a metacopy (its data is below; the
+ * core charges it when the data comes up). A dir_usage_bytes_fn.
+ */
+uint64_t ovl_upper_file_bytes(int dir_fd, const char *name, const struct stat *st);

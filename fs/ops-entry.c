@@ -23,6 +23,7 @@
 
 #include "fdpath.h"
 #include "macro.h"
+#include "metacopy.h"
 #include "ops.h"
 #include "ovl.h"
 
@@ -66,7 +67,7 @@ int ovl_quota_scan(void)
 
 	if (!ovl_fs->opt->quota_bytes && !ovl_fs->opt->quota_inodes)
 		return 0;
-	r = dir_usage_at(ovl_fs->upper_fd, &inodes, &bytes);
+	r = dir_usage_at(ovl_fs->upper_fd, ovl_upper_file_bytes, &inodes, &bytes);
 	if (r < 0)
 		return r;
 	atomic_store(&ovl_fs->used_bytes, (int_fast64_t)bytes);

@@ -296,3 +296,27 @@ def test_bad_redirect_is_eio(fsenv, redirect):
     assert e.value.errno == errno.EIO, f"redirect {redirect!r}: {e.value}"
     assert read(os.path.join(m.path, "dst", "good.bin")) == data(1)
     assert "bad.bin" in os.listdir(os.path.join(m.path, "dst"))
+
+
+def test_quota_counts_no_metacopy_data(fsenv):
+    """A metacopy holds no data: the byte quota charges it nothing, also after a remount (which counts the upper
+    afresh), and charges its size when its data comes up."""
+    require_impl("draftfs")
+    lower = lower_tree(fsenv)
+    opts = "quota_bytes=%d" % (3 * BIG + 4096)
+    m = fsenv.mount("draftfs", [lower], opts=opts)
+    for name in ("a.bin", "b.bin", "c.bin", "d.bin", "e.bin"):
+        os.chmod(os.path.join(m.path, "src", name), 0o600)
+    write_file(os.path.join(m.path, "new1.bin"), data(9, 2 * BIG))
+    m.stop()
+    m = fsenv.mount("draftfs", [lower], upper=m.upper, work=m.work, opts=opts)
+    write_file(os.path.join(m.path, "new2.bin"), data(10, BIG // 2))  # 2.5 MiB of 3 used
+    with pytest.raises(OSError) as e:
+        with open(os.path.join(m.path, "src", "a.bin"), "ab") as f:  # its 1 MiB comes up: over the quota
+            f.write(b"x")
+    assert e.value.errno == errno.ENOSPC
+    assert read(os.path.join(m.path, "src", "a.bin")) == data(1)
+    os.unlink(os.path.join(m.path, "new2.bin"))
+    with open(os.path.join(m.path, "src", "a.bin"), "ab") as f:
+        f.write(b"x")
+    assert read(os.path.join(m.path, "src", "a.bin")) == data(1) + b"x"

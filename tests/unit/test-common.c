@@ -97,7 +97,7 @@ static void test_beneath(void)
 		_cleanup_close_ int f = openat(dfd, "a/b/c/data", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
 
 		ok(f >= 0 && write(f, "12345", 5) == 5, "write a 5-byte file");
-		is_int(dir_usage_at(dfd, &inodes, &bytes), 0, "dir_usage_at walks the tree");
+		is_int(dir_usage_at(dfd, NULL, &inodes, &bytes), 0, "dir_usage_at walks the tree");
 		/* a, a/b, a/b/c, a/b/c/data, a/evil, a/b/up; symlinks count, their targets don't */
 		is_int(inodes, 6, "every entry counts once, symlinks not followed");
 		is_int(bytes, 5, "only regular file sizes add up");
