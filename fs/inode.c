@@ -751,7 +751,6 @@ void ovl_node_maybe_evict(void)
 			if (!d)
 				break;
 			keep = d->removed || /* no name to re-resolve it by */
-			       d->metacopy ||  /* a file handle would give back its upper half only */
 			       (pass == 0 && (atomic_exchange(&d->used, false) || (d->type == S_IFDIR && d->refs > 0)));
 			list_unlink(fs, d);
 			list_push(fs, d, true);

@@ -526,6 +526,31 @@ static int reopen_lower(struct ovl_node *n, struct ovl_res *res)
 }
 
 /*
+ * The data of an upper file re-opened by its handle (its name is gone), if it
+ * is a metacopy: by its absolute redirect (draftfs writes one on every
+ * metacopy; a kernel-made one without it cannot be found: -ESTALE).
+ */
+static int reopen_metacopy_data(struct ovl_res *res)
+{
+	char path[PATH_MAX];
+	struct stat dst;
+	int r, err = 0;
+
+	r = ovl_metacopy_get(res->upper_fd, path);
+	if (r <= 0)
+		return r == 0 ? 0 : -ESTALE;
+	if (r != 1 || !path[0])
+		return -ESTALE;
+	lookup_redirect_abs(res, path, &err);
+	if (res->lower_fd < 0 || fstatat(res->lower_fd, "", &dst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 ||
+	    !S_ISREG(dst.st_mode))
+		return -ESTALE;
+	res->metacopy = true;
+	res->st.st_blocks = dst.st_blocks;
+	return 0;
+}
+
+/*
  * Re-opens an evicted non-dir whose name is gone (unlinked while open):
  * an upper one by the file handle taken at eviction, a lower-only one in
  * its parent's lower dir. copyup_lock held.
@@ -559,6 +584,13 @@ static int reopen_removed(struct ovl_node *n)
 			return -ESTALE;
 		}
 		res.upper_fd = fd;
+		if (n->type == S_IFREG) {
+			r = reopen_metacopy_data(&res);
+			if (r < 0) {
+				ovl_res_done(&res);
+				return r;
+			}
+		}
 	}
 	/* Not hashable, no ino: the node keeps its identity and st_ino. */
 	ovl_node_apply(n, &res);

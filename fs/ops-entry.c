@@ -591,13 +591,31 @@ int ovl_whiteout_tmp_for(const struct ovl_res *res, char tmp[static 64])
 	return ovl_make_whiteout_tmp(tmp, 0, NULL);
 }
 
-/* Forgets the name index entry of whatever node sits at @p/@name after it was removed. */
-static void drop_removed(struct ovl_node *p, const char *name, bool keep_identity)
+/*
+ * Forgets the name index entry of whatever node sits at @p/@name after it
+ * was removed; @res is what the name was. An evicted metacopy node takes
+ * @res's fds first: without its name, the file handle kept at eviction is
+ * its only way back to its upper inode, and that inode is gone once
+ * unlinked, because an open file of a metacopy holds the lower data, not it.
+ */
+static void drop_removed(struct ovl_node *p, const char *name, bool keep_identity, struct ovl_res *res)
 {
-	struct ovl_node *n = ovl_node_find_child(p, name);
+	struct ovl_node *n = ovl_node_find_child_pinned(p, name);
+	bool same;
 
-	if (n)
-		ovl_node_unhash_name(n, !keep_identity); /* other hard links keep the identity */
+	if (!n)
+		return;
+	if (res->metacopy && atomic_load(&n->stale)) {
+		pthread_mutex_lock(&ovl_fs->copyup_lock);
+		pthread_mutex_lock(&ovl_fs->table_lock);
+		same = n->key_dev == res->key_dev && n->key_ino == res->key_ino;
+		pthread_mutex_unlock(&ovl_fs->table_lock);
+		if (same && atomic_load(&n->stale))
+			ovl_node_apply(n, res);
+		pthread_mutex_unlock(&ovl_fs->copyup_lock);
+	}
+	ovl_node_unhash_name(n, !keep_identity); /* other hard links keep the identity */
+	ovl_node_unpin(n);
 }
 
 /* The upper part of a remove: @res (resolved at @pfd/@name, the parent's upper dir) goes away or becomes a whiteout. */
@@ -703,7 +721,7 @@ static int do_remove(struct ovl_node *p, const char *name, bool dir)
 	r = p->upper_fd >= 0 ? remove_upper(p->upper_fd, name, &res, dir, &keep_identity) : -ENOENT;
 	pthread_rwlock_unlock(&p->lock);
 	if (r >= 0)
-		drop_removed(p, name, keep_identity);
+		drop_removed(p, name, keep_identity, &res);
 out:
 	ovl_res_done(&res);
 	return r;

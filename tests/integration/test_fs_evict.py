@@ -10,6 +10,7 @@ daemon's fd count bounded.
 """
 import os
 import shutil
+import stat
 import subprocess
 
 import pytest
@@ -116,3 +117,34 @@ def test_open_files_survive_eviction_and_unlink(limited):
     finally:
         for fd, _ in fds.values():
             os.close(fd)
+
+
+def test_metacopies_under_eviction(limited):
+    """A chmod of every file makes ~1500 metacopies, each a node with two fds (upper metadata, lower data):
+    they must be evicted and re-opened like any node, also one unlinked while open (its upper by file handle,
+    its data by its redirect)."""
+    m, plain = limited
+    mnt = m.path
+    for root in (mnt, plain):
+        for dirpath, _, files in os.walk(root):
+            for f in files:
+                p = os.path.join(dirpath, f)
+                if not os.path.islink(p):
+                    os.chmod(p, 0o640)
+    upper_file = os.path.join(m.upper, "d08", "f11")
+    assert os.getxattr(upper_file, "trusted.overlay.metacopy") == b""
+    assert fd_count(m.pid) < NOFILE
+    assert diff_snapshots(tree_snapshot(plain), tree_snapshot(mnt), "plain", "draftfs") == []
+    path = os.path.join(mnt, "d08", "f11")
+    data = b"8/11\n" * 12
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        tree_snapshot(mnt)  # evicts the open file's node
+        os.unlink(path)
+        tree_snapshot(mnt)  # and again, now that its name is gone
+        st = os.fstat(fd)
+        assert st.st_size == len(data) and stat.S_IMODE(st.st_mode) == 0o640
+        assert os.pread(fd, len(data), 0) == data
+    finally:
+        os.close(fd)
+    assert fd_count(m.pid) < NOFILE
