@@ -358,8 +358,15 @@ int ovl_node_get(struct ovl_node *parent, const char *name, struct ovl_res *res,
 		 */
 		struct ovl_node *m = name_find_locked(fs, parent, name);
 
-		/* Same object: a directory (re-created by a subtree copy) or a non-dir with the same view inode. */
-		if (m && m->type == type && atomic_load(&m->stale) && (type == S_IFDIR || m->ino == res->ino))
+		/*
+		 * Same object: a directory (re-created by a subtree copy), a non-dir
+		 * with the same view inode, or a lower hard link (a name-only node)
+		 * whose copy a subtree copy split off: the copy has its own st_ino and
+		 * names that link in its " new" origin record (the node takes the new st_ino).
+		 */
+		if (m && m->type == type && atomic_load(&m->stale) &&
+		    (type == S_IFDIR || m->ino == res->ino ||
+		     (!m->id_hashed && res->new_of_ino && m->key_dev == res->new_of_dev && m->key_ino == res->new_of_ino)))
 			n = m;
 	}
 	if (n) {

@@ -85,7 +85,8 @@ int ovl_origin_format(char *buf, size_t size, unsigned layer, const struct stat 
 			(long long)st->st_ctim.tv_sec, st->st_ctim.tv_nsec, (unsigned)st->st_mode);
 }
 
-int ovl_origin_read(int fd, dev_t *ret_dev, ino_t *ret_ino)
+/* Reads the origin record of @fd: its lower dev/ino, and *ret_new for a " new" one. Returns 0, -ENODATA or -errno. */
+static int origin_read(int fd, dev_t *ret_dev, ino_t *ret_ino, bool *ret_new)
 {
 	char buf[256];
 	unsigned long long dev, ino;
@@ -98,11 +99,19 @@ int ovl_origin_read(int fd, dev_t *ret_dev, ino_t *ret_ino)
 	buf[n] = '\0';
 	if (sscanf(buf, "v1 layer=%u dev=%llu ino=%llu", &layer, &dev, &ino) != 3)
 		return -EBADMSG;
-	if (n >= 4 && strcmp(buf + n - 4, " new") == 0)
-		return -ENODATA; /* created over a whiteout: not a copy of the origin */
+	*ret_new = n >= 4 && strcmp(buf + n - 4, " new") == 0;
 	*ret_dev = (dev_t)dev;
 	*ret_ino = (ino_t)ino;
 	return 0;
+}
+
+int ovl_origin_read(int fd, dev_t *ret_dev, ino_t *ret_ino)
+{
+	bool is_new;
+	int r = origin_read(fd, ret_dev, ret_ino, &is_new);
+
+	/* " new": created over a whiteout, or a split lower hard link: not a copy keeping the origin's st_ino */
+	return r == 0 && is_new ? -ENODATA : r;
 }
 
 static bool xattr_is_y(int fd, const char *name)
@@ -401,10 +410,14 @@ static int resolve_in_stack(const struct ovl_stack *s, const char *name, struct 
 	if (res->upper_fd >= 0) {
 		dev_t od;
 		ino_t oi;
+		bool is_new = false;
 
-		r = ovl_origin_read(res->upper_fd, &od, &oi);
-		if (r == 0) {
+		r = origin_read(res->upper_fd, &od, &oi, &is_new);
+		if (r == 0 && !is_new) {
 			res->ino = oi;
+		} else if (r == 0) {
+			res->new_of_dev = od;
+			res->new_of_ino = oi;
 		} else if (res->lower_fd >= 0) {
 			struct stat lst;
 

@@ -173,6 +173,8 @@ struct ovl_res {
 	ino_t key_ino;
 	bool hashable;           /* false: a lower hard link, found by name only */
 	ino_t ino;               /* the view's st_ino */
+	dev_t new_of_dev;        /* upper objects with a " new" origin record: the lower object it names (else 0) */
+	ino_t new_of_ino;
 };
 
 /* The layers of one directory, as borrowed fds: upper (or -1) and the merged lower dirs. */
@@ -328,6 +330,8 @@ bool ovl_xattr_is_private(const char *name);
 static inline void ovl_res_init(struct ovl_res *r)
 {
 	r->ino = 0;
+	r->new_of_dev = 0;
+	r->new_of_ino = 0;
 	r->hashable = false;
 	r->upper_fd = r->lower_fd = -1;
 	r->n_extra = 0;

@@ -628,3 +628,18 @@ def test_differential(fsenv, seed):
     diffs = fsutil.diff_snapshots(isnap, vsnap, fsutil.IMPL, f"kernel-over-{fsutil.IMPL}-upper")
     assert not diffs, (f"seed {seed}: the kernel reads {fsutil.IMPL}'s upper differently from what "
                        f"{fsutil.IMPL} showed:\n" + "\n".join(diffs[:40]))
+
+
+def test_split_hard_link_keeps_its_node(fsenv):
+    """Seed 217's failure, reduced: a lower hard link looked up, its dir materialised by RENAME_EXCHANGE (the
+    subtree copy splits the link: the copy gets its own st_ino), then the file renamed and changed: the kernel's
+    inode for it must still be the file (it was ESTALE: the rename had moved a second node)."""
+    fsutil.require_impl()
+    lowers = fsutil.make_standard_lowers(fsenv.dir("layers"))
+    kern = fsenv.mount("kernel", lowers, name="kernel")
+    impl = fsenv.mount_impl(lowers, name="impl")
+    long = "tofile/" + "x" * 255
+    ops = [("mkdir", long, 0o777), ("mkdir", long + "/n2", 0o777), ("create", "a/b/hl_ef", 128, 0o600),
+           ("rename", long + "/n2", "a", 2), ("rename", long + "/n2/b/hl_ef", "n3", 0),
+           ("setxattr", "n3", "user.b", b"value"), ("stat", "n3"), ("read", "n3")]
+    run_sequence(kern.path, kern.upper, impl.path, 0, 0, ops=ops)
