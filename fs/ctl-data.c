@@ -11,13 +11,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -113,52 +111,13 @@ int ovl_upper_data_locate_fd(const struct ovl_layers *l, int fd, const char *pat
 	return 0;
 }
 
-/* getxattrat(2), Linux 6.13; the C library does not have it yet */
-#ifndef SYS_getxattrat
-#define SYS_getxattrat 464
-#endif
-
-struct getxattrat_args {
-	uint64_t value;
-	uint32_t size;
-	uint32_t flags;
-};
-
-/*
- * 1 if entry @name of @dir_fd carries trusted.overlay.metacopy, 0 if not,
- * or -errno. One syscall: getxattrat() where the kernel has it (a diff
- * asks this of every upper file; a path through /proc/self/fd costs more
- * than the rest of the walk), else lgetxattr() through /proc.
- */
-static int has_metacopy_xattr(int dir_fd, const char *name)
-{
-	static atomic_bool no_getxattrat;
-	char p[PATH_MAX];
-	long n = -1;
-
-	if (!atomic_load(&no_getxattrat)) {
-		struct getxattrat_args args = { 0 };
-
-		n = syscall(SYS_getxattrat, dir_fd, name, AT_SYMLINK_NOFOLLOW, OVL_XATTR_METACOPY, &args, sizeof(args));
-		if (n < 0 && (errno == ENOSYS || errno == EPERM)) /* EPERM: a seccomp filter that does not know it */
-			atomic_store(&no_getxattrat, true);
-	}
-	if (atomic_load(&no_getxattrat)) {
-		snprintf(p, sizeof(p), "/proc/self/fd/%d/%s", dir_fd, name);
-		n = lgetxattr(p, OVL_XATTR_METACOPY, NULL, 0);
-	}
-	if (n >= 0)
-		return 1;
-	return errno == ENODATA || errno == ENOTSUP ? 0 : -errno;
-}
-
 int ovl_upper_data_locate(const struct ovl_layers *l, int dir_fd, const char *name, const char *path,
                           struct ovl_data_loc *ret, cJSON **ret_error)
 {
 	_cleanup_close_ int fd = -1;
 	int r;
 
-	r = has_metacopy_xattr(dir_fd, name);
+	r = ovl_metacopy_at(dir_fd, name);
 	if (r <= 0) {
 		if (r < 0 && r != -ENOENT) /* gone: a writer removed it since the caller saw it */
 			return bad_state(ret_error, r, path);
@@ -295,7 +254,7 @@ static int visit_redirected(const struct redirected_walk *w, int dir_fd, const c
 	_cleanup_close_ int fd = -1;
 	int r;
 
-	r = has_metacopy_xattr(dir_fd, name);
+	r = ovl_metacopy_at(dir_fd, name);
 	if (r <= 0)
 		return r;
 	fd = openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);

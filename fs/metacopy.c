@@ -5,9 +5,14 @@
  * costs one getxattr.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/xattr.h>
+#include <unistd.h>
 
 #include "fdpath.h"
 #include "metacopy.h"
@@ -63,15 +68,45 @@ int ovl_metacopy_get(int fd, char data_path[static PATH_MAX])
 	return 1;
 }
 
+/* getxattrat(2), Linux 6.13; the C library does not have it yet */
+#ifndef SYS_getxattrat
+#define SYS_getxattrat 464
+#endif
+
+struct getxattrat_args {
+	uint64_t value;
+	uint32_t size;
+	uint32_t flags;
+};
+
+/*
+ * One syscall: getxattrat() where the kernel has it (a diff asks this of
+ * every upper file; a path through /proc/self/fd costs more than the rest
+ * of the walk), else lgetxattr() through /proc.
+ */
+int ovl_metacopy_at(int dir_fd, const char *name)
+{
+	static atomic_bool no_getxattrat;
+	char p[PATH_MAX];
+	long n = -1;
+
+	if (!atomic_load(&no_getxattrat)) {
+		struct getxattrat_args args = { 0 };
+
+		n = syscall(SYS_getxattrat, dir_fd, name, AT_SYMLINK_NOFOLLOW, OVL_XATTR_METACOPY, &args, sizeof(args));
+		if (n < 0 && (errno == ENOSYS || errno == EPERM)) /* EPERM: a seccomp filter that does not know it */
+			atomic_store(&no_getxattrat, true);
+	}
+	if (atomic_load(&no_getxattrat)) {
+		snprintf(p, sizeof(p), "/proc/self/fd/%d/%s", dir_fd, name);
+		n = lgetxattr(p, OVL_XATTR_METACOPY, NULL, 0);
+	}
+	if (n >= 0)
+		return 1;
+	return errno == ENODATA || errno == ENOTSUP ? 0 : -errno;
+}
+
 uint64_t ovl_upper_file_bytes(int dir_fd, const char *name, const struct stat *st)
 {
-	char p[64 + NAME_MAX];
-	ssize_t n;
-
-	/* One path walk through the dir's magic link; lgetxattr does not follow @name. */
-	if (strlen(name) > NAME_MAX || strchr(name, '/'))
-		return (uint64_t)st->st_size;
-	snprintf(p, sizeof(p), "/proc/self/fd/%d/%s", dir_fd, name);
-	n = lgetxattr(p, OVL_XATTR_METACOPY, NULL, 0);
-	return n >= 0 ? 0 : (uint64_t)st->st_size;
+	return ovl_metacopy_at(dir_fd, name) > 0 ? 0 : (uint64_t)st->st_size;
 }

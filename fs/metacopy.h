@@ -34,6 +34,12 @@
 int ovl_metacopy_get(int fd, char data_path[static PATH_MAX]);
 
 /*
+ * 1 if entry @name of @dir_fd (one component, not followed) carries
+ * trusted.overlay.metacopy, 0 if not, or -errno.
+ */
+int ovl_metacopy_at(int dir_fd, const char *name);
+
+/*
  * The bytes upper regular file @name of @dir_fd (stat @st) holds for the
  * quota and status: its size, or 0 for a metacopy (its data is below; the
  * core charges it when the data comes up). A dir_usage_bytes_fn.
