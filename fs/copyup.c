@@ -349,6 +349,15 @@ int ovl_node_upper_dup(struct ovl_node *n)
 	return fd;
 }
 
+/* True if a redirect to @path ("a/b") is short enough for the kernel to follow and leads to the very object @lst. */
+static bool redirect_reaches(const char *path, const struct stat *lst)
+{
+	struct stat st;
+
+	return *path && strlen(path) + 1 <= OVL_MC_REDIRECT_MAX && ovl_lower_stat_abs(path, &st) == 0 &&
+	       st.st_dev == lst->st_dev && st.st_ino == lst->st_ino;
+}
+
 /*
  * The absolute lower path a metacopy of @n would name for its data (its
  * view path, when the redirect walk finds the very object @lst there, so
@@ -359,11 +368,8 @@ int ovl_node_upper_dup(struct ovl_node *n)
 static bool metacopy_path(struct ovl_node *n, const struct stat *lst, char **ret)
 {
 	_cleanup_free_ char *path = NULL;
-	struct stat st;
 
-	if (ovl_node_path(n, &path) < 0 || !*path || strlen(path) + 1 > OVL_MC_REDIRECT_MAX)
-		return false;
-	if (ovl_lower_stat_abs(path, &st) < 0 || st.st_dev != lst->st_dev || st.st_ino != lst->st_ino)
+	if (ovl_node_path(n, &path) < 0 || !redirect_reaches(path, lst))
 		return false;
 	*ret = TAKE_PTR(path);
 	return true;
@@ -821,12 +827,8 @@ static const char *origin_for(const struct ovl_res *res, char *buf, size_t size)
  */
 static const char *tree_metacopy_path(const struct ovl_res *res, const char *path)
 {
-	struct stat st;
-
 	if (!ovl_fs->opt->metacopy || res->upper_fd >= 0 || res->lower_fd < 0 || !S_ISREG(res->st.st_mode) ||
-	    res->st.st_size == 0 || strlen(path) + 1 > OVL_MC_REDIRECT_MAX)
-		return NULL;
-	if (ovl_lower_stat_abs(path, &st) < 0 || st.st_dev != res->st.st_dev || st.st_ino != res->st.st_ino)
+	    res->st.st_size == 0 || !redirect_reaches(path, &res->st))
 		return NULL;
 	return path;
 }

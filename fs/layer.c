@@ -289,6 +289,22 @@ void ovl_res_stack(const struct ovl_res *r, struct ovl_stack *s)
 		s->l[s->n++] = r->extra[i];
 }
 
+/*
+ * True if the lower object @res found for a metacopy is regular-file data;
+ * then the view's st_blocks are the data's (du, and tar's sparse-file
+ * guess, see them).
+ */
+static bool take_metacopy_data(struct ovl_res *res)
+{
+	struct stat dst;
+
+	if (res->lower_fd < 0 || fstatat(res->lower_fd, "", &dst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 ||
+	    !S_ISREG(dst.st_mode))
+		return false;
+	res->st.st_blocks = dst.st_blocks;
+	return true;
+}
+
 /* True if a lower dir of @s holds @name (not hidden by a whiteout above it). */
 static bool name_in_lower(const struct ovl_stack *s, const char *name)
 {
@@ -387,19 +403,15 @@ static int resolve_in_stack(const struct ovl_stack *s, const char *name, struct 
 	}
 
 	if (res->metacopy) {
-		struct stat dst;
-
 		/* Data found elsewhere says nothing of the name: a remove leaves a whiteout only if a lower holds the name. */
 		if (abs_path || lname != name)
 			res->lower_exists = name_in_lower(s, name);
 
 		/* No data below (a lower layer changed behind our back): the kernel answers EIO too. */
-		if (res->lower_fd < 0 || fstatat(res->lower_fd, "", &dst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 ||
-		    !S_ISREG(dst.st_mode)) {
+		if (!take_metacopy_data(res)) {
 			ovl_res_done(res);
 			return -EIO;
 		}
-		res->st.st_blocks = dst.st_blocks; /* du, and tar's sparse-file guess, see the data's blocks */
 	}
 
 	/* Identity: the top object. The view's inode number: the origin's for copied-up objects. */
@@ -546,7 +558,6 @@ static int reopen_lower(struct ovl_node *n, struct ovl_res *res)
 static int reopen_metacopy_data(struct ovl_res *res)
 {
 	char path[PATH_MAX];
-	struct stat dst;
 	int r, err = 0;
 
 	r = ovl_metacopy_get(res->upper_fd, path);
@@ -555,11 +566,9 @@ static int reopen_metacopy_data(struct ovl_res *res)
 	if (r != 1 || !path[0])
 		return -ESTALE;
 	lookup_redirect_abs(res, path, &err);
-	if (res->lower_fd < 0 || fstatat(res->lower_fd, "", &dst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 ||
-	    !S_ISREG(dst.st_mode))
+	if (!take_metacopy_data(res))
 		return -ESTALE;
 	res->metacopy = true;
-	res->st.st_blocks = dst.st_blocks;
 	return 0;
 }
 
