@@ -207,6 +207,15 @@ def session2():
     s.close()
 
 
+def write_files(root, files, mode=None):
+    """Writes each relative path -> bytes of @files below @root (parents must exist), chmod @mode if given."""
+    for k, v in files.items():
+        with open(os.path.join(root, k), "wb") as f:
+            f.write(v)
+        if mode is not None:
+            os.chmod(os.path.join(root, k), mode)
+
+
 def snapshot(root, with_owner=False):
     """path -> (kind, perm bits, content or target[, uid, gid]) of everything below root."""
     out = {}

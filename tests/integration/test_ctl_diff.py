@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 
-from ctlutil import files_only, oci_apply, session, session2, snapshot  # noqa: F401
+from ctlutil import files_only, oci_apply, session, session2, snapshot, write_files  # noqa: F401
 
 
 def populate(low):
@@ -32,9 +32,7 @@ def populate(low):
         "tofile": b"x",
         "script.sh": b"#!/bin/sh\necho hi\n",
     }
-    for k, v in files.items():
-        with open(os.path.join(low, k), "wb") as f:
-            f.write(v)
+    write_files(low, files)
     os.makedirs(os.path.join(low, "todir_was_file_parent"))
     with open(os.path.join(low, "becomes_dir"), "w") as f:
         f.write("was a file\n")

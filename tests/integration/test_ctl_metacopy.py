@@ -15,7 +15,7 @@ import tarfile
 
 import pytest
 
-from ctlutil import Session, files_only, is_metacopy, make_metacopy, oci_apply, session, session2, snapshot  # noqa: F401
+from ctlutil import Session, files_only, is_metacopy, make_metacopy, oci_apply, session, session2, snapshot, write_files  # noqa: F401
 
 BIG = bytes(range(256)) * 64 + b"tail\n"  # 16 KiB + 5: no zeros a sparse file could pass for
 
@@ -29,10 +29,7 @@ def populate(low):
         "dir/deep.txt": b"from a subdirectory\n",
         "keep.txt": b"not touched\n",
     }
-    for k, v in files.items():
-        with open(os.path.join(low, k), "wb") as f:
-            f.write(v)
-        os.chmod(os.path.join(low, k), 0o644)
+    write_files(low, files, 0o644)
 
 
 def edit(m):
