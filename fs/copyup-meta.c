@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "fdpath.h"
+#include "finalize.h"
 #include "macro.h"
 #include "metacopy.h"
 #include "ovl.h"
@@ -31,14 +32,65 @@ bool ovl_metacopy_is_movable(int upper_fd)
 	return ovl_metacopy_get(upper_fd, path) == 1 && path[0];
 }
 
+int ovl_metacopy_fill(int fd, int data_fd, off_t size, bool writeback)
+{
+	_cleanup_free_ void *caps = NULL;
+	ssize_t ncaps = 0;
+	struct stat ust, dst;
+	off_t copy;
+	int r;
+
+	if (fstat(fd, &ust) < 0 || fstat(data_fd, &dst) < 0)
+		return -errno;
+	copy = MIN(size, dst.st_size);
+	ncaps = fgetxattr(fd, XATTR_CAPS, NULL, 0);
+	if (ncaps > 0) {
+		caps = malloc((size_t)ncaps);
+		if (!caps)
+			return -ENOMEM;
+		ncaps = fgetxattr(fd, XATTR_CAPS, caps, (size_t)ncaps);
+	}
+	/*
+	 * Holes are skipped only where the file has no blocks of its own to
+	 * overwrite (a fill a crash cut short, or after a reboot, may have left
+	 * some): xattr blocks aside, a metacopy holds none.
+	 */
+	r = copy > 0 ? ovl_copy_data(data_fd, fd, copy,
+				     (off_t)dst.st_blocks * 512 < dst.st_size && ust.st_blocks * 512 <= 8192,
+				     writeback) : 0;
+	if (r >= 0 && ftruncate(fd, size) < 0)
+		r = -errno;
+	/* A write drops security.capability, and the set-id bits without CAP_FSETID: put them back. */
+	if (r >= 0 && ncaps > 0 && fsetxattr(fd, XATTR_CAPS, caps, (size_t)ncaps, 0) < 0)
+		r = -errno;
+	if (r >= 0 && fstat(fd, &dst) == 0 && (dst.st_mode & 07777) != (ust.st_mode & 07777) &&
+	    fchmod(fd, ust.st_mode & 07777) < 0)
+		r = -errno;
+	if (r >= 0 && futimens(fd, (struct timespec[2]){ ust.st_atim, ust.st_mtim }) < 0)
+		r = -errno;
+	return r;
+}
+
+int ovl_metacopy_make_plain(int fd, bool sync)
+{
+	static const char *const names[] = { OVL_XATTR_METACOPY, OVL_XATTR_MC_REDIRECT, OVL_XATTR_FILLED };
+
+	/* The data must be on disk before the file stops pointing below for it. */
+	if (sync && fdatasync(fd) < 0)
+		return -errno;
+	/* Metacopy first: a stale redirect or marker alone means nothing. */
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+		if (fremovexattr(fd, names[i]) < 0 && errno != ENODATA)
+			return -errno;
+	return sync && fsync(fd) < 0 ? -errno : 0;
+}
+
 /* Copies the data @lfd into the metacopy @ufd, @size bytes at most (all if < 0), and makes @size its size; then it is a full copy. */
 static int fill_upper(int ufd, int lfd, off_t size)
 {
 	_cleanup_close_ int out = -1, in = -1;
-	_cleanup_free_ void *caps = NULL;
-	ssize_t ncaps = 0;
 	struct stat ust, lst;
-	off_t copy;
+	bool defer;
 	int r;
 
 	out = fd_reopen(ufd, O_WRONLY);
@@ -49,34 +101,20 @@ static int fill_upper(int ufd, int lfd, off_t size)
 		return in;
 	if (fstat(out, &ust) < 0 || fstat(in, &lst) < 0)
 		return -errno;
-	copy = size < 0 || size > lst.st_size ? lst.st_size : size;
-	r = ovl_quota_check(copy, 0);
+	if (size < 0)
+		size = ust.st_size;
+	r = ovl_quota_check(MIN(size, lst.st_size), 0);
 	if (r < 0)
 		return r;
-
-	ncaps = fgetxattr(out, XATTR_CAPS, NULL, 0);
-	if (ncaps > 0) {
-		caps = malloc((size_t)ncaps);
-		if (!caps)
-			return -ENOMEM;
-		ncaps = fgetxattr(out, XATTR_CAPS, caps, (size_t)ncaps);
-	}
-
-	r = copy > 0 ? ovl_copy_data(in, out, copy, (off_t)lst.st_blocks * 512 < lst.st_size, ovl_fs->opt->fsync) : 0;
-	if (r >= 0 && ftruncate(out, size >= 0 ? size : ust.st_size) < 0)
-		r = -errno;
-	if (r >= 0 && ncaps > 0 && fsetxattr(out, XATTR_CAPS, caps, (size_t)ncaps, 0) < 0)
-		r = -errno;
-	if (r >= 0 && futimens(out, (struct timespec[2]){ ust.st_atim, ust.st_mtim }) < 0)
-		r = -errno;
-	/* The data must be on disk before the file stops pointing below for it. */
-	if (r >= 0 && ovl_fs->opt->fsync && fdatasync(out) < 0)
-		r = -errno;
-	if (r >= 0 && fremovexattr(out, OVL_XATTR_METACOPY) < 0)
-		r = -errno;
-	if (r >= 0 && fremovexattr(out, OVL_XATTR_MC_REDIRECT) < 0 && errno != ENODATA)
-		r = -errno;
-	return r;
+	/* The finalizer syncs a deferred fill later: no writeback now, it would only slow the copy. */
+	defer = ovl_finalize_enabled();
+	r = ovl_metacopy_fill(out, in, size, ovl_fs->opt->fsync && !defer);
+	if (r < 0)
+		return r;
+	/* Marked and queued: the data is the file's from now on (this boot), on disk once finalized. */
+	if (defer && ovl_finalize_defer(out) == 0)
+		return 0;
+	return ovl_metacopy_make_plain(out, ovl_fs->opt->fsync);
 }
 
 int ovl_metacopy_copy_data(struct ovl_node *n, off_t size)

@@ -25,6 +25,7 @@
 
 #include "fdpath.h"
 #include "macro.h"
+#include "finalize.h"
 #include "metacopy.h"
 #include "ovl.h"
 
@@ -386,7 +387,7 @@ static int copy_up_locked(struct ovl_node *n, off_t size, bool meta)
 	char tmp[64], origin[256];
 	struct stat st;
 	unsigned layer;
-	bool split_link, mc = false;
+	bool split_link, fill = false, mc = false;
 	int r;
 
 	r = ovl_node_ensure(n);
@@ -421,7 +422,14 @@ static int copy_up_locked(struct ovl_node *n, off_t size, bool meta)
 		return -errno;
 
 	if (S_ISREG(st.st_mode)) {
-		mc = meta && size < 0 && fs->opt->metacopy && st.st_size > 0 && metacopy_path(n, &st, &redirect);
+		/*
+		 * A copy of the data is made as a metacopy and filled in place: then
+		 * its sync can wait for the finalizer (fs/finalize.h), where a copy
+		 * renamed into place must be synced first.
+		 */
+		fill = !meta && size != 0 && ovl_finalize_enabled();
+		mc = (fill || (meta && size < 0)) && fs->opt->metacopy && st.st_size > 0 &&
+		     metacopy_path(n, &st, &redirect);
 		r = ovl_quota_check(mc ? 0 : size >= 0 && size < st.st_size ? size : st.st_size, 1);
 		if (r < 0)
 			return r;
@@ -458,7 +466,7 @@ static int copy_up_locked(struct ovl_node *n, off_t size, bool meta)
 	n->opaque = false;
 	n->metacopy = mc;
 	pthread_rwlock_unlock(&n->lock);
-	return 0;
+	return fill && mc ? ovl_metacopy_copy_data(n, size) : 0;
 }
 
 /* True when @n's data is in upper (a metacopy's is not), so a copy-up has nothing to do. */

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "fdpath.h"
+#include "finalize.h"
 #include "log.h"
 #include "macro.h"
 #include "ops.h"
@@ -550,6 +551,12 @@ int ovl_daemon_main(int argc, char **argv)
 		log_error_errno(r, "cannot start the whiteout pool thread");
 		goto out;
 	}
+	r = ovl_finalize_start(fs);
+	if (r < 0) {
+		pthread_sigmask(SIG_SETMASK, &oldmask, NULL);
+		log_error_errno(r, "cannot start the finalizer thread");
+		goto out;
+	}
 	r = ovl_control_start(&fs->layers, &fs->live, &fs->ctl);
 	pthread_sigmask(SIG_SETMASK, &oldmask, NULL);
 	if (r < 0) {
@@ -581,6 +588,7 @@ out:
 		fs->ctl = NULL;
 	}
 	ovl_whiteout_pool_stop(fs);
+	ovl_finalize_stop(fs);
 	if (cfg)
 		fuse_loop_cfg_destroy(cfg);
 	if (fs->se) {

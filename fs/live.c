@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "fdpath.h"
+#include "finalize.h"
 #include "log.h"
 #include "macro.h"
 #include "ops.h"
@@ -93,6 +94,8 @@ void ovl_live_quiesce(void *userdata, bool on)
 	if (on) {
 		pthread_rwlock_wrlock(&fs->quiesce);
 		atomic_store(&quiesced, true);
+		/* What the control plane reads and moves on disk is then what the view shows: no fill marker left. */
+		(void)ovl_finalize_flush();
 	} else {
 		atomic_store(&quiesced, false);
 		pthread_rwlock_unlock(&fs->quiesce);

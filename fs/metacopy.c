@@ -2,10 +2,15 @@
 /*
  * Reading the metacopy format (metacopy.h). Both xattrs are read in one
  * call each, without a size probe; a file without trusted.overlay.metacopy
- * costs one getxattr.
+ * costs one getxattr. A metacopy also costs a read of the fill marker,
+ * and, without one, a second read of trusted.overlay.metacopy: the
+ * finalizer removes that xattr first and the marker last, so a metacopy
+ * whose marker is gone is either a real one or one finalized between
+ * the two reads (its metacopy xattr is gone too by then).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,7 +36,50 @@ static ssize_t get_xattr(int fd, const char *name, void *value, size_t size)
 	return n < 0 ? -errno : n;
 }
 
-int ovl_metacopy_get(int fd, char data_path[static PATH_MAX])
+static char boot_id[40];
+
+static void read_boot_id(void)
+{
+	char buf[64];
+	ssize_t n;
+	int fd;
+
+	fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+		n--;
+	if (n == OVL_BOOT_ID_LEN)
+		memcpy(boot_id, buf, (size_t)n);
+}
+
+const char *ovl_boot_id(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	pthread_once(&once, read_boot_id);
+	return boot_id[0] ? boot_id : NULL;
+}
+
+static bool marker_is_current(const char *value, ssize_t n)
+{
+	const char *id = ovl_boot_id();
+
+	return id && n == OVL_BOOT_ID_LEN && memcmp(value, id, OVL_BOOT_ID_LEN) == 0;
+}
+
+/* True if @fd carries a fill marker of this boot (its data is in the file, metacopy or not). */
+static bool filled_now(int fd)
+{
+	char v[OVL_BOOT_ID_LEN + 1];
+
+	return marker_is_current(v, get_xattr(fd, OVL_XATTR_FILLED, v, sizeof(v)));
+}
+
+/* The metacopy state of @fd before the fill marker is considered. */
+static int metacopy_get_raw(int fd, char data_path[static PATH_MAX])
 {
 	char buf[PATH_MAX + 1];
 	const char *p;
@@ -68,6 +116,26 @@ int ovl_metacopy_get(int fd, char data_path[static PATH_MAX])
 	return 1;
 }
 
+int ovl_metacopy_get(int fd, char data_path[static PATH_MAX])
+{
+	int r;
+
+	r = metacopy_get_raw(fd, data_path);
+	if (r <= 0 && r != -EBADMSG)
+		return r;
+	if (filled_now(fd))
+		return 0;
+	/* Finalized since the first read (see the top of the file)? */
+	if (get_xattr(fd, OVL_XATTR_METACOPY, NULL, 0) == -ENODATA)
+		return 0;
+	return r;
+}
+
+int ovl_metacopy_filled(int fd)
+{
+	return get_xattr(fd, OVL_XATTR_METACOPY, NULL, 0) >= 0 && filled_now(fd);
+}
+
 /* getxattrat(2), Linux 6.13; the C library does not have it yet */
 #ifndef SYS_getxattrat
 #define SYS_getxattrat 464
@@ -80,30 +148,57 @@ struct getxattrat_args {
 };
 
 /*
- * One syscall: getxattrat() where the kernel has it (a diff asks this of
- * every upper file; a path through /proc/self/fd costs more than the rest
- * of the walk), else lgetxattr() through /proc.
+ * getxattr of entry @name of @dir_fd, not followed, in one syscall:
+ * getxattrat() where the kernel has it (a diff asks this of every upper
+ * file; a path through /proc/self/fd costs more than the rest of the
+ * walk), else lgetxattr() through /proc. Returns the size or -errno.
  */
-int ovl_metacopy_at(int dir_fd, const char *name)
+static ssize_t xattr_at(int dir_fd, const char *name, const char *xname, void *value, size_t size)
 {
 	static atomic_bool no_getxattrat;
 	char p[PATH_MAX];
 	long n = -1;
 
 	if (!atomic_load(&no_getxattrat)) {
-		struct getxattrat_args args = { 0 };
+		struct getxattrat_args args = { .value = (uint64_t)(uintptr_t)value, .size = (uint32_t)size };
 
-		n = syscall(SYS_getxattrat, dir_fd, name, AT_SYMLINK_NOFOLLOW, OVL_XATTR_METACOPY, &args, sizeof(args));
+		n = syscall(SYS_getxattrat, dir_fd, name, AT_SYMLINK_NOFOLLOW, xname, &args, sizeof(args));
 		if (n < 0 && (errno == ENOSYS || errno == EPERM)) /* EPERM: a seccomp filter that does not know it */
 			atomic_store(&no_getxattrat, true);
 	}
 	if (atomic_load(&no_getxattrat)) {
 		snprintf(p, sizeof(p), "/proc/self/fd/%d/%s", dir_fd, name);
-		n = lgetxattr(p, OVL_XATTR_METACOPY, NULL, 0);
+		n = lgetxattr(p, xname, value, size);
 	}
-	if (n >= 0)
+	return n < 0 ? -errno : n;
+}
+
+static int present(ssize_t n)
+{
+	if (n >= 0 || n == -ERANGE)
 		return 1;
-	return errno == ENODATA || errno == ENOTSUP ? 0 : -errno;
+	return n == -ENODATA || n == -ENOTSUP ? 0 : (int)n;
+}
+
+int ovl_metacopy_at(int dir_fd, const char *name)
+{
+	char v[OVL_BOOT_ID_LEN + 1];
+	int r;
+
+	r = present(xattr_at(dir_fd, name, OVL_XATTR_METACOPY, NULL, 0));
+	if (r <= 0)
+		return r;
+	if (marker_is_current(v, xattr_at(dir_fd, name, OVL_XATTR_FILLED, v, sizeof(v))))
+		return 0;
+	return present(xattr_at(dir_fd, name, OVL_XATTR_METACOPY, NULL, 0));
+}
+
+int ovl_metacopy_filled_at(int dir_fd, const char *name)
+{
+	char v[OVL_BOOT_ID_LEN + 1];
+
+	return present(xattr_at(dir_fd, name, OVL_XATTR_METACOPY, NULL, 0)) > 0 &&
+	       marker_is_current(v, xattr_at(dir_fd, name, OVL_XATTR_FILLED, v, sizeof(v)));
 }
 
 uint64_t ovl_upper_file_bytes(int dir_fd, const char *name, const struct stat *st)

@@ -11,18 +11,30 @@
 #pragma once
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
 #define OVL_XATTR_METACOPY "trusted.overlay.metacopy"
 #define OVL_XATTR_MC_REDIRECT "trusted.overlay.redirect"
+/*
+ * The fill marker: a metacopy whose data was copied into it (a data
+ * copy-up, fs/finalize.c) before that data was synced. Its value is the
+ * boot id of the fill. Within that boot the page cache holds the data
+ * whatever happened to the daemon, so the file holds its own data; after
+ * a reboot the data may never have reached the disk, so the file is a
+ * plain metacopy again (its data is below, as before the fill).
+ */
+#define OVL_XATTR_FILLED "trusted.draftbox.filled"
+#define OVL_BOOT_ID_LEN 36
+
 /* The longest redirect draftfs writes, '/' included: kernel overlayfs follows none longer (its redirect_max default). */
 #define OVL_MC_REDIRECT_MAX 256
 
 /*
  * Reads the metacopy state of the upper regular file @fd (any fd; an
  * O_PATH fd goes through its /proc/self/fd link). Returns 0 when the file
- * holds its own data; 1 for a metacopy, with @data_path set to the
+ * holds its own data (no metacopy xattr, or a fill marker of this boot); 1 for a metacopy, with @data_path set to the
  * relative path of its data in the lower view (the redirect without its
  * leading '/'), or to "" when it has no redirect (the data is at the
  * file's own path); 2 for a metacopy with a relative redirect (the kernel
@@ -33,11 +45,38 @@
  */
 int ovl_metacopy_get(int fd, char data_path[static PATH_MAX]);
 
+/* This boot's id (/proc/sys/kernel/random/boot_id, 36 chars), or NULL if it cannot be read. */
+const char *ovl_boot_id(void);
+
 /*
- * 1 if entry @name of @dir_fd (one component, not followed) carries
- * trusted.overlay.metacopy, 0 if not, or -errno.
+ * 1 if the metacopy @fd (a real fd, not O_PATH) / entry @name of @dir_fd
+ * carries a fill marker of this boot: its data is filled in but not yet
+ * finalized (fs/finalize.h). 0 otherwise.
+ */
+int ovl_metacopy_filled(int fd);
+int ovl_metacopy_filled_at(int dir_fd, const char *name);
+
+/*
+ * 1 if entry @name of @dir_fd (one component, not followed) is a
+ * metacopy (carries trusted.overlay.metacopy and no fill marker of this
+ * boot), 0 if not, or -errno.
  */
 int ovl_metacopy_at(int dir_fd, const char *name);
+
+/*
+ * The data copy-up of a metacopy, in place (fs/copyup-meta.c; the core's
+ * copy-up and the control plane's partial commit). ovl_metacopy_fill()
+ * copies the first min(@size, its size) bytes of the data @data_fd into
+ * the metacopy @fd (writable; FICLONE, else copy_file_range, holes kept
+ * where @fd has no blocks of its own), makes @size its size and puts back
+ * its mode, times and security.capability (a write drops it). @writeback:
+ * start writing the copy out as it goes (a sync follows). Then
+ * ovl_metacopy_make_plain() makes it a plain file: with @sync, fdatasync
+ * first and fsync after; in between it removes the metacopy, redirect and
+ * fill-marker xattrs, metacopy first. Both return 0 or -errno.
+ */
+int ovl_metacopy_fill(int fd, int data_fd, off_t size, bool writeback);
+int ovl_metacopy_make_plain(int fd, bool sync);
 
 /*
  * The bytes upper regular file @name of @dir_fd (stat @st) holds for the

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fdpath.h"
+#include "finalize.h"
 #include "log.h"
 #include "macro.h"
 #include "ops.h"
@@ -304,8 +305,18 @@ void ovl_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file
 {
 	int r = 0;
 
-	if (ovl_fs->opt->fsync)
-		r = (datasync ? fdatasync(ovl_fh_fd(fi)) : fsync(ovl_fh_fd(fi))) < 0 ? errno : 0;
+	if (ovl_fs->opt->fsync) {
+		int fd = ovl_fh_fd(fi);
+
+		/* A copy-up whose sync was deferred: finalizing it syncs everything (fsync included). */
+		r = ovl_fh_is_lower(fi) ? 0 : ovl_finalize_fd(fd);
+		if (r < 0)
+			r = -r;
+		else if (r == 0)
+			r = (datasync ? fdatasync(fd) : fsync(fd)) < 0 ? errno : 0;
+		else
+			r = 0;
+	}
 	fuse_reply_err(req, r);
 }
 

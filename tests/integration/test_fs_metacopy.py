@@ -5,7 +5,9 @@ A chmod, chown, utime, xattr change, rename or link of a lower regular file
 puts a file without data blocks in upper, carrying the metadata plus
 trusted.overlay.metacopy and an absolute trusted.overlay.redirect to its
 data below. Opening it for writing or truncating it copies the data in
-place. These tests look at the upper directly (the on-disk format), at the
+place (as does the first write of a lower file that never had a metacopy),
+marks the file with this boot's id and leaves the sync to the finalizer:
+an fsync, the unmount or the finalizer thread make it a plain file. These tests look at the upper directly (the on-disk format), at the
 view, across remounts and kills, and have the kernel read the upper
 (metacopy=on). Uppers the kernel wrote with metacopy=on are read too, and
 hand-made bad redirects must fail with EIO without reaching outside the
@@ -23,6 +25,7 @@ from fsutil import KERNEL_VERIFY_OPTS, fsenv, require_impl, write_file  # noqa: 
 
 MC = "trusted.overlay.metacopy"
 REDIRECT = "trusted.overlay.redirect"
+FILLED = "trusted.draftbox.filled"
 BIG = 1 << 20
 
 
@@ -61,6 +64,20 @@ def assert_full_copy(upper_file, content):
     assert xattr(upper_file, MC) is None and xattr(upper_file, REDIRECT) is None
     assert read(upper_file) == content
     assert os.lstat(upper_file).st_blocks * 512 >= len(content) // 2
+
+
+def sync_view(path):
+    """fsync through the mount: finalizes a deferred copy-up of the file."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def boot_id():
+    with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+        return f.read().strip()
 
 
 def lower_tree(fsenv):
@@ -126,7 +143,9 @@ def test_write_open_copies_data_in_place(fsenv):
     reader = os.open(p, os.O_RDONLY)
     fd = os.open(p, os.O_WRONLY)  # copies the data up, writes nothing
     os.close(fd)
+    sync_view(p)
     assert_full_copy(up, data(1))
+    assert xattr(up, FILLED) is None
     st = os.lstat(p)
     assert st.st_mtime == 1_200_000_000, "the data copy-up changed the file's mtime"
     assert stat.S_IMODE(st.st_mode) == 0o640 and st.st_ino == ino
@@ -150,10 +169,12 @@ def test_truncate_copies_what_survives(fsenv):
         os.chmod(os.path.join(v, name), 0o600)
     os.truncate(os.path.join(v, "a.bin"), 100)
     assert read(os.path.join(v, "a.bin")) == data(1)[:100]
+    sync_view(os.path.join(v, "a.bin"))
     assert_full_copy(os.path.join(m.upper, "src", "a.bin"), data(1)[:100])
     fd = os.open(os.path.join(v, "b.bin"), os.O_WRONLY | os.O_TRUNC)
     os.close(fd)
     assert read(os.path.join(v, "b.bin")) == b""
+    sync_view(os.path.join(v, "b.bin"))
     assert xattr(os.path.join(m.upper, "src", "b.bin"), MC) is None
     os.truncate(os.path.join(v, "c.bin"), BIG + 10)
     assert read(os.path.join(v, "c.bin")) == data(3) + bytes(10)

@@ -1,0 +1,184 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""A data copy-up leaves its sync to the finalizer (fs/finalize.c).
+
+The first write of a lower file makes it a metacopy, copies the data into
+it in place and marks it with this boot's id (trusted.draftbox.filled);
+the finalizer thread then fdatasyncs it and removes the metacopy, redirect
+and marker xattrs. These tests check each way a marked file becomes plain
+(the thread, an fsync, the unmount, the next mount after a kill), that a
+marker of another boot leaves a plain metacopy (the data may never have
+reached the disk), and that the kernel reads the result.
+"""
+import os
+import time
+
+from fsutil import KERNEL_VERIFY_OPTS, fsenv, require_impl, write_file  # noqa: F401
+
+MC = "trusted.overlay.metacopy"
+REDIRECT = "trusted.overlay.redirect"
+FILLED = "trusted.draftbox.filled"
+SIZE = 4 << 20
+
+
+def data(seed, n=SIZE):
+    block = seed.to_bytes(4, "little") * 1024 + bytes(range(256)) * 16
+    return (block * (n // len(block) + 1))[:n]
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def xattr(path, name):
+    try:
+        return os.getxattr(path, name, follow_symlinks=False)
+    except OSError:
+        return None
+
+
+def boot_id():
+    with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+        return f.read().strip()
+
+
+def is_plain(path):
+    return all(xattr(path, n) is None for n in (MC, REDIRECT, FILLED))
+
+
+def lower_tree(fsenv, n=3):
+    lower = fsenv.dir("lower")
+    os.makedirs(os.path.join(lower, "src"))
+    for i in range(n):
+        write_file(os.path.join(lower, "src", "f%d.bin" % i), data(i + 1))
+    return lower
+
+
+def flag(m):
+    return os.path.join(m.work, "draftfs", "unsynced")
+
+
+def test_copy_up_is_finalized_in_the_background(fsenv):
+    require_impl("draftfs")
+    lower = lower_tree(fsenv)
+    m = fsenv.mount("draftfs", [lower])
+    v, up = os.path.join(m.path, "src", "f0.bin"), os.path.join(m.upper, "src", "f0.bin")
+    ino = os.lstat(v).st_ino
+    with open(v, "ab") as f:
+        f.write(b"+")
+    assert read(v) == data(1) + b"+"
+    # Either still marked (the data in place, the metacopy xattrs still there) or already plain.
+    if not is_plain(up):
+        assert xattr(up, FILLED) == boot_id()
+        assert xattr(up, REDIRECT) == b"/src/f0.bin"
+    deadline = time.monotonic() + 30
+    while not is_plain(up) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert is_plain(up), "the finalizer left the copy-up a metacopy for 30 s"
+    assert read(up) == data(1) + b"+"
+    assert os.lstat(v).st_ino == ino
+    assert os.path.exists(flag(m)), "no 'unsynced' flag while the mount may hold marked files"
+
+
+def test_fsync_finalizes_at_once(fsenv):
+    require_impl("draftfs")
+    lower = lower_tree(fsenv)
+    m = fsenv.mount("draftfs", [lower])
+    for i in range(3):
+        v, up = os.path.join(m.path, "src", "f%d.bin" % i), os.path.join(m.upper, "src", "f%d.bin" % i)
+        with open(v, "r+b") as f:
+            f.write(b"HEAD")
+            f.flush()
+            if i == 0:
+                os.fsync(f.fileno())
+            else:
+                os.fdatasync(f.fileno())
+            assert is_plain(up), "fsync returned with the copy-up not finalized"
+        assert read(up) == b"HEAD" + data(i + 1)[4:]
+
+
+def test_unmount_finalizes_and_the_kernel_reads_it(fsenv):
+    require_impl("draftfs")
+    lower = lower_tree(fsenv, 8)
+    m = fsenv.mount("draftfs", [lower])
+    for i in range(8):
+        with open(os.path.join(m.path, "src", "f%d.bin" % i), "ab") as f:
+            f.write(b"%d" % i)
+    os.truncate(os.path.join(m.path, "src", "f7.bin"), 10)
+    m.stop()
+    for i in range(8):
+        up = os.path.join(m.upper, "src", "f%d.bin" % i)
+        assert is_plain(up), f"f{i}.bin still marked after the unmount"
+    assert not os.path.exists(flag(m)), "the 'unsynced' flag outlived a clean unmount"
+    k = fsenv.mount("kernel", [lower], upper=m.upper, opts=KERNEL_VERIFY_OPTS)
+    for i in range(7):
+        assert read(os.path.join(k.path, "src", "f%d.bin" % i)) == data(i + 1) + b"%d" % i
+    assert read(os.path.join(k.path, "src", "f7.bin")) == data(8)[:10]
+
+
+def hand_made_fill(upper, name, content, marker):
+    """An upper metacopy of lower src/@name holding @content, marked with @marker."""
+    p = os.path.join(upper, "src", name)
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    write_file(p, content)
+    os.setxattr(p, REDIRECT, b"/src/" + name.encode(), follow_symlinks=False)
+    os.setxattr(p, MC, b"", follow_symlinks=False)
+    os.setxattr(p, FILLED, marker, follow_symlinks=False)
+    return p
+
+
+def test_marker_of_another_boot_is_a_metacopy(fsenv):
+    """After a reboot a marked file may hold anything where its data should be: its data is below again."""
+    require_impl("draftfs")
+    lower = lower_tree(fsenv)
+    upper, work = fsenv.dir("upper"), fsenv.dir("work")
+    up = hand_made_fill(upper, "f0.bin", bytes(SIZE) + b"lost", b"00000000-0000-0000-0000-000000000000")
+    m = fsenv.mount("draftfs", [lower], upper=upper, work=work)
+    v = os.path.join(m.path, "src", "f0.bin")
+    assert read(v) == data(1)
+    with open(v, "ab") as f:
+        f.write(b"!")
+        os.fsync(f.fileno())
+    assert is_plain(up)
+    # The fill copies the lower data and keeps the metacopy's size: past the lower file's end the file holds
+    # what the upper file held there (what reached the disk of a lost append, else a hole), then the new byte.
+    assert read(v) == data(1) + b"lost" + b"!"
+    assert read(up) == read(v)
+
+
+def test_marks_left_by_a_killed_daemon_are_finalized(fsenv):
+    """The same boot: the page cache holds what the dead daemon wrote. The next mount shows it and finalizes it."""
+    require_impl("draftfs")
+    lower = lower_tree(fsenv)
+    upper, work = fsenv.dir("upper"), fsenv.dir("work")
+    up = hand_made_fill(upper, "f0.bin", b"written before the kill", boot_id())
+    os.makedirs(os.path.join(work, "draftfs"), mode=0o700)
+    open(os.path.join(work, "draftfs", "unsynced"), "w").close()
+    m = fsenv.mount("draftfs", [lower], upper=upper, work=work)
+    assert read(os.path.join(m.path, "src", "f0.bin")) == b"written before the kill"
+    assert read(os.path.join(m.path, "src", "f1.bin")) == data(2)
+    m.stop()
+    assert is_plain(up)
+    assert read(up) == b"written before the kill"
+    assert not os.path.exists(flag(m))
+
+
+def test_kill_right_after_a_copy_up(fsenv):
+    require_impl("draftfs")
+    lower = lower_tree(fsenv)
+    m = fsenv.mount("draftfs", [lower])
+    for i in range(3):
+        with open(os.path.join(m.path, "src", "f%d.bin" % i), "ab") as f:
+            f.write(b"tail")
+    m.kill()
+    m.stop(check=False)
+    for i in range(3):
+        up = os.path.join(m.upper, "src", "f%d.bin" % i)
+        assert is_plain(up) or xattr(up, FILLED) == boot_id()
+        assert read(up) == data(i + 1) + b"tail"
+    m = fsenv.mount("draftfs", [lower], upper=m.upper, work=m.work)
+    for i in range(3):
+        assert read(os.path.join(m.path, "src", "f%d.bin" % i)) == data(i + 1) + b"tail"
+    m.stop()
+    for i in range(3):
+        assert is_plain(os.path.join(m.upper, "src", "f%d.bin" % i))
