@@ -24,7 +24,6 @@
 #include "fdpath.h"
 #include "metacopy.h"
 
-#define XATTR_CAPS "security.capability"
 
 void ovl_data_loc_done(struct ovl_data_loc *loc)
 {
@@ -170,32 +169,6 @@ int ovl_upper_data_copy(int upper_fd, int data_fd, off_t data_size, int out_fd, 
 }
 
 /* Copies the data of @in (@data_size bytes) over the start of the metacopy @fd, keeping its metadata as @st has it. */
-static int copy_in_place(int in, off_t data_size, int fd, const struct stat *st)
-{
-	struct timespec ts[2] = { st->st_atim, st->st_mtim };
-	char caps[256];
-	ssize_t ncaps;
-	struct stat now;
-	int r;
-
-	/* a write drops security.capability (and, without CAP_FSETID, the set-id bits): put them back */
-	ncaps = fgetxattr(fd, XATTR_CAPS, caps, sizeof(caps));
-	if (lseek(fd, 0, SEEK_SET) < 0)
-		return -errno;
-	r = ovl_upper_data_copy(-1, in, data_size, fd, st->st_size);
-	if (r < 0)
-		return r;
-	if (fstat(fd, &now) < 0)
-		return -errno;
-	if ((now.st_mode & 07777) != (st->st_mode & 07777) && fchmod(fd, st->st_mode & 07777) < 0)
-		return -errno;
-	if (ncaps >= 0 && fsetxattr(fd, XATTR_CAPS, caps, (size_t)ncaps, 0) < 0)
-		return -errno;
-	if (futimens(fd, ts) < 0)
-		return -errno;
-	return 0;
-}
-
 int ovl_upper_materialize(const struct ovl_layers *l, const char *path, cJSON **ret_error)
 {
 	_cleanup_data_loc_ struct ovl_data_loc loc = { 0 };
@@ -225,16 +198,9 @@ int ovl_upper_materialize(const struct ovl_layers *l, const char *path, cJSON **
 	fd = fd_reopen(pfd, O_WRONLY | O_NOCTTY);
 	if (fd < 0)
 		return ovl_ctl_error(ret_error, fd, "io", one_path(path), "cannot open '%s' in upper for writing", path);
-	r = copy_in_place(in, dst.st_size, fd, &st);
-	if (r >= 0 && fdatasync(fd) < 0)
-		r = -errno;
-	/* the data is safe: now the file may say it holds it (metacopy first: a stale redirect alone means nothing) */
-	if (r >= 0 && fremovexattr(fd, OVL_XATTR_METACOPY) < 0 && errno != ENODATA)
-		r = -errno;
-	if (r >= 0 && fremovexattr(fd, OVL_XATTR_MC_REDIRECT) < 0 && errno != ENODATA)
-		r = -errno;
-	if (r >= 0 && fsync(fd) < 0)
-		r = -errno;
+	r = ovl_metacopy_fill(fd, in, st.st_size, true);
+	if (r >= 0)
+		r = ovl_metacopy_make_plain(fd, true);
 	if (r < 0)
 		return ovl_ctl_error(ret_error, r, "io", one_path(path),
 		                     "cannot copy the data of metacopy '%s' ('/%s') into upper", path, loc.path);
