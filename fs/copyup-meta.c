@@ -85,8 +85,12 @@ int ovl_metacopy_make_plain(int fd, bool sync)
 	return sync && fsync(fd) < 0 ? -errno : 0;
 }
 
-/* Copies the data @lfd into the metacopy @ufd, @size bytes at most (all if < 0), and makes @size its size; then it is a full copy. */
-static int fill_upper(int ufd, int lfd, off_t size)
+/*
+ * Copies the data @lfd into the metacopy @ufd, @size bytes at most (all if
+ * < 0), and makes @size its size; then it is a full copy. @charged: the
+ * quota was charged for the data already.
+ */
+static int fill_upper(int ufd, int lfd, off_t size, bool charged)
 {
 	_cleanup_close_ int out = -1, in = -1;
 	struct stat ust, lst;
@@ -103,7 +107,7 @@ static int fill_upper(int ufd, int lfd, off_t size)
 		return -errno;
 	if (size < 0)
 		size = ust.st_size;
-	r = ovl_quota_check(MIN(size, lst.st_size), 0);
+	r = charged ? 0 : ovl_quota_check(MIN(size, lst.st_size), 0);
 	if (r < 0)
 		return r;
 	/* The finalizer syncs a deferred fill later: no writeback now, it would only slow the copy. */
@@ -117,7 +121,7 @@ static int fill_upper(int ufd, int lfd, off_t size)
 	return ovl_metacopy_make_plain(out, ovl_fs->opt->fsync);
 }
 
-int ovl_metacopy_copy_data(struct ovl_node *n, off_t size)
+int ovl_metacopy_copy_data(struct ovl_node *n, off_t size, bool charged)
 {
 	_cleanup_close_ int ufd = -1, lfd = -1;
 	int r;
@@ -132,7 +136,7 @@ int ovl_metacopy_copy_data(struct ovl_node *n, off_t size)
 	pthread_rwlock_unlock(&n->lock);
 	if (r <= 0)
 		return r;
-	r = fill_upper(ufd, lfd, size);
+	r = fill_upper(ufd, lfd, size, charged);
 	if (r < 0)
 		return r;
 	pthread_rwlock_wrlock(&n->lock);

@@ -399,7 +399,7 @@ static int copy_up_locked(struct ovl_node *n, off_t size, bool meta)
 	r = n->upper_fd < 0 ? 0 : !meta && n->metacopy ? 1 : 2;
 	pthread_rwlock_unlock(&n->lock);
 	if (r == 1)
-		return ovl_metacopy_copy_data(n, size);
+		return ovl_metacopy_copy_data(n, size, false);
 	if (r == 2)
 		return 0;
 	r = ovl_node_parent_name(n, &parent, &name);
@@ -430,7 +430,8 @@ static int copy_up_locked(struct ovl_node *n, off_t size, bool meta)
 		fill = !meta && size != 0 && ovl_finalize_enabled();
 		mc = (fill || (meta && size < 0)) && fs->opt->metacopy && st.st_size > 0 &&
 		     metacopy_path(n, &st, &redirect);
-		r = ovl_quota_check(mc ? 0 : size >= 0 && size < st.st_size ? size : st.st_size, 1);
+		/* A metacopy to be filled is charged its data now: over the quota, nothing is made. */
+		r = ovl_quota_check(mc && !fill ? 0 : size >= 0 && size < st.st_size ? size : st.st_size, 1);
 		if (r < 0)
 			return r;
 	}
@@ -466,7 +467,7 @@ static int copy_up_locked(struct ovl_node *n, off_t size, bool meta)
 	n->opaque = false;
 	n->metacopy = mc;
 	pthread_rwlock_unlock(&n->lock);
-	return fill && mc ? ovl_metacopy_copy_data(n, size) : 0;
+	return fill && mc ? ovl_metacopy_copy_data(n, size, true) : 0;
 }
 
 /* True when @n's data is in upper (a metacopy's is not), so a copy-up has nothing to do. */

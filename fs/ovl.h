@@ -426,8 +426,13 @@ int ovl_copy_up_size(struct ovl_node *n, off_t size);
  */
 int ovl_copy_up_movable(struct ovl_node *n);
 
-/* Copies the data of metacopy @n into its upper file (@size bytes at most, all if < 0; then truncated to @size). copyup_lock held. */
-int ovl_metacopy_copy_data(struct ovl_node *n, off_t size);
+/*
+ * Copies the data of metacopy @n into its upper file (@size bytes at most,
+ * all if < 0; then truncated to @size), leaving its sync to the finalizer
+ * when it can (fs/finalize.h). @charged: the quota was charged for the data
+ * already. copyup_lock held.
+ */
+int ovl_metacopy_copy_data(struct ovl_node *n, off_t size, bool charged);
 
 /* True when the upper metacopy @upper_fd names its data by an absolute redirect (it can move anywhere). */
 bool ovl_metacopy_is_movable(int upper_fd);

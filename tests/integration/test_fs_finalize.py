@@ -9,8 +9,11 @@ and marker xattrs. These tests check each way a marked file becomes plain
 marker of another boot leaves a plain metacopy (the data may never have
 reached the disk), and that the kernel reads the result.
 """
+import errno
 import os
 import time
+
+import pytest
 
 from fsutil import KERNEL_VERIFY_OPTS, fsenv, require_impl, write_file  # noqa: F401
 
@@ -182,3 +185,19 @@ def test_kill_right_after_a_copy_up(fsenv):
     m.stop()
     for i in range(3):
         assert is_plain(os.path.join(m.upper, "src", "f%d.bin" % i))
+
+
+def test_over_quota_copy_up_leaves_nothing(fsenv):
+    """The metacopy to be filled is charged its data before it is made: over the quota, the upper stays as it was."""
+    require_impl("draftfs")
+    lower = lower_tree(fsenv)
+    m = fsenv.mount("draftfs", [lower], opts="quota_bytes=%d" % (SIZE // 2))
+    v = os.path.join(m.path, "src", "f0.bin")
+    with pytest.raises(OSError) as e:
+        with open(v, "ab") as f:
+            f.write(b"x")
+    assert e.value.errno == errno.ENOSPC
+    assert not os.path.lexists(os.path.join(m.upper, "src", "f0.bin"))
+    assert read(v) == data(1)
+    os.chmod(v, 0o600)  # a metacopy costs no data: still fine
+    assert os.path.lexists(os.path.join(m.upper, "src", "f0.bin"))
