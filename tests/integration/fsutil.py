@@ -371,6 +371,27 @@ def write_file(path, data, mode=0o644):
     os.chmod(path, mode)
 
 
+def read_file(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def xattr(path, name):
+    """Xattr @name of @path, not followed, or None where it has none."""
+    try:
+        return os.getxattr(path, name, follow_symlinks=False)
+    except OSError as e:
+        if e.errno == errno.ENODATA:
+            return None
+        raise
+
+
+def boot_id():
+    """This boot's id, as the fill marker of a deferred copy-up holds it (trusted.draftbox.filled)."""
+    with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+        return f.read().strip()
+
+
 def make_standard_lowers(base, outside_canary=None):
     """Two lower layers exercising the on-disk format; returns [top, bottom].
 

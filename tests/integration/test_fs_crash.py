@@ -22,24 +22,12 @@ import time
 import pytest
 
 import fsutil
-from fsutil import fsenv  # noqa: F401
+from fsutil import boot_id, fsenv, xattr  # noqa: F401
 
 SIZE = 256 << 20
 CHUNK = 1 << 20
 MC = "trusted.overlay.metacopy"
 FILLED = "trusted.draftbox.filled"
-
-
-def xattr(path, name):
-    try:
-        return os.getxattr(path, name, follow_symlinks=False)
-    except OSError:
-        return None
-
-
-def boot_id():
-    with open("/proc/sys/kernel/random/boot_id", "rb") as f:
-        return f.read().strip()
 
 
 def chunk(i):
@@ -79,9 +67,12 @@ def partial_copies(upper, work):
                     continue
                 if CHUNK <= st.st_size < SIZE:
                     out.append((os.path.join(dirpath, n), st.st_size))
-                elif st.st_size >= SIZE and CHUNK <= st.st_blocks * 512 < SIZE and \
-                        xattr(os.path.join(dirpath, n), MC) is not None:
-                    out.append((os.path.join(dirpath, n), st.st_blocks * 512))
+                elif st.st_size >= SIZE and CHUNK <= st.st_blocks * 512 < SIZE:
+                    try:
+                        if xattr(os.path.join(dirpath, n), MC) is not None:
+                            out.append((os.path.join(dirpath, n), st.st_blocks * 512))
+                    except FileNotFoundError:
+                        continue
     return out
 
 

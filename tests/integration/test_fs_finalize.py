@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from fsutil import KERNEL_VERIFY_OPTS, fsenv, require_impl, write_file  # noqa: F401
+from fsutil import KERNEL_VERIFY_OPTS, boot_id, fsenv, require_impl, write_file, xattr  # noqa: F401
+from fsutil import read_file as read
 
 MC = "trusted.overlay.metacopy"
 REDIRECT = "trusted.overlay.redirect"
@@ -26,23 +27,6 @@ SIZE = 4 << 20
 def data(seed, n=SIZE):
     block = seed.to_bytes(4, "little") * 1024 + bytes(range(256)) * 16
     return (block * (n // len(block) + 1))[:n]
-
-
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def xattr(path, name):
-    try:
-        return os.getxattr(path, name, follow_symlinks=False)
-    except OSError:
-        return None
-
-
-def boot_id():
-    with open("/proc/sys/kernel/random/boot_id", "rb") as f:
-        return f.read().strip()
 
 
 def is_plain(path):

@@ -21,7 +21,8 @@ import subprocess
 
 import pytest
 
-from fsutil import KERNEL_VERIFY_OPTS, fsenv, require_impl, write_file  # noqa: F401
+from fsutil import KERNEL_VERIFY_OPTS, fsenv, require_impl, write_file, xattr  # noqa: F401
+from fsutil import read_file as read
 
 MC = "trusted.overlay.metacopy"
 REDIRECT = "trusted.overlay.redirect"
@@ -36,20 +37,6 @@ def data(seed, n=BIG):
         x = (x * 6364136223846793005 + 1442695040888963407) & ((1 << 64) - 1)
         out += x.to_bytes(8, "little")
     return bytes(out[:n])
-
-
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def xattr(path, name):
-    try:
-        return os.getxattr(path, name, follow_symlinks=False)
-    except OSError as e:
-        if e.errno == errno.ENODATA:
-            return None
-        raise
 
 
 def assert_metacopy(upper_file, redirect):
@@ -73,11 +60,6 @@ def sync_view(path):
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def boot_id():
-    with open("/proc/sys/kernel/random/boot_id", "rb") as f:
-        return f.read().strip()
 
 
 def lower_tree(fsenv):
