@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,15 +23,22 @@
 #include "fdpath.h"
 #include "metacopy.h"
 
-/* getxattr on any fd: an O_PATH fd is refused by fgetxattr(), its magic link is not. */
-static ssize_t get_xattr(int fd, const char *name, void *value, size_t size)
+/*
+ * getxattr on any fd: an O_PATH fd is refused by fgetxattr(), its magic
+ * link is not. *@opath: @fd is known to be O_PATH (set on the first
+ * refusal, so the calls after it go straight to the link).
+ */
+static ssize_t get_xattr(int fd, bool *opath, const char *name, void *value, size_t size)
 {
 	char p[64];
 	ssize_t n;
 
-	n = fgetxattr(fd, name, value, size);
-	if (n >= 0 || errno != EBADF)
-		return n < 0 ? -errno : n;
+	if (!*opath) {
+		n = fgetxattr(fd, name, value, size);
+		if (n >= 0 || errno != EBADF)
+			return n < 0 ? -errno : n;
+		*opath = true;
+	}
 	snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
 	n = getxattr(p, name, value, size);
 	return n < 0 ? -errno : n;
@@ -71,29 +79,29 @@ static bool marker_is_current(const char *value, ssize_t n)
 }
 
 /* True if @fd carries a fill marker of this boot (its data is in the file, metacopy or not). */
-static bool filled_now(int fd)
+static bool filled_now(int fd, bool *opath)
 {
 	char v[OVL_BOOT_ID_LEN + 1];
 
-	return marker_is_current(v, get_xattr(fd, OVL_XATTR_FILLED, v, sizeof(v)));
+	return marker_is_current(v, get_xattr(fd, opath, OVL_XATTR_FILLED, v, sizeof(v)));
 }
 
 /* The metacopy state of @fd before the fill marker is considered. */
-static int metacopy_get_raw(int fd, char data_path[static PATH_MAX])
+static int metacopy_get_raw(int fd, bool *opath, char data_path[static PATH_MAX])
 {
 	char buf[PATH_MAX + 1];
 	const char *p;
 	ssize_t n;
 
 	/* The kernel's value is empty (old format) or a versioned header (with an fs-verity digest); either marks it. */
-	n = get_xattr(fd, OVL_XATTR_METACOPY, buf, sizeof(buf));
+	n = get_xattr(fd, opath, OVL_XATTR_METACOPY, buf, sizeof(buf));
 	if (n == -ENODATA || n == -EOPNOTSUPP)
 		return 0;
 	if (n < 0 && n != -ERANGE)
 		return (int)n;
 
 	data_path[0] = '\0';
-	n = get_xattr(fd, OVL_XATTR_MC_REDIRECT, buf, sizeof(buf) - 1);
+	n = get_xattr(fd, opath, OVL_XATTR_MC_REDIRECT, buf, sizeof(buf) - 1);
 	if (n == -ENODATA)
 		return 1;
 	if (n == -ERANGE)
@@ -118,22 +126,25 @@ static int metacopy_get_raw(int fd, char data_path[static PATH_MAX])
 
 int ovl_metacopy_get(int fd, char data_path[static PATH_MAX])
 {
+	bool opath = false;
 	int r;
 
-	r = metacopy_get_raw(fd, data_path);
+	r = metacopy_get_raw(fd, &opath, data_path);
 	if (r <= 0 && r != -EBADMSG)
 		return r;
-	if (filled_now(fd))
+	if (filled_now(fd, &opath))
 		return 0;
 	/* Finalized since the first read (see the top of the file)? */
-	if (get_xattr(fd, OVL_XATTR_METACOPY, NULL, 0) == -ENODATA)
+	if (get_xattr(fd, &opath, OVL_XATTR_METACOPY, NULL, 0) == -ENODATA)
 		return 0;
 	return r;
 }
 
 int ovl_metacopy_filled(int fd)
 {
-	return get_xattr(fd, OVL_XATTR_METACOPY, NULL, 0) >= 0 && filled_now(fd);
+	bool opath = false;
+
+	return get_xattr(fd, &opath, OVL_XATTR_METACOPY, NULL, 0) >= 0 && filled_now(fd, &opath);
 }
 
 /* getxattrat(2), Linux 6.13; the C library does not have it yet */
