@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "macro.h"
+#include "metacopy.h"
 #include "ovl.h"
 
 #define INITIAL_TAB 4096
@@ -268,6 +269,19 @@ void ovl_res_done(struct ovl_res *r)
 
 void ovl_node_apply(struct ovl_node *n, struct ovl_res *res)
 {
+	char data_path[PATH_MAX];
+
+	/*
+	 * @res was read without copyup_lock: a metacopy then may hold its data
+	 * by now (a data copy-up finished in between, then an eviction made
+	 * the node stale). Taking it as a metacopy would read below, and the
+	 * next write would copy the lower data over the upper's.
+	 */
+	if (res->metacopy && res->upper_fd >= 0 && ovl_metacopy_get(res->upper_fd, data_path) == 0) {
+		if (res->lower_fd >= 0)
+			res->lower_fd = safe_close(res->lower_fd);
+		res->metacopy = false;
+	}
 	if (res->hashable)
 		ovl_node_rekey(n, res->key_dev, res->key_ino);
 	if (res->ino && res->ino != n->ino && n != &ovl_fs->root)
