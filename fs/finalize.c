@@ -93,7 +93,16 @@ static uint64_t recover_one(int dir_fd, const char *name, const struct stat *st)
 	fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 	if (fd < 0)
 		return 0;
+	/* Busy like a queued file: an fsync of it meanwhile waits for the removals to be synced. */
+	pthread_mutex_lock(&F.lock);
+	F.busy_dev = st->st_dev;
+	F.busy_ino = st->st_ino;
+	pthread_mutex_unlock(&F.lock);
 	r = finalize_now(fd);
+	pthread_mutex_lock(&F.lock);
+	F.busy_ino = 0;
+	pthread_cond_broadcast(&F.done_cond);
+	pthread_mutex_unlock(&F.lock);
 	if (r < 0)
 		note_error(r, "a file left by an earlier daemon");
 	return 0;
