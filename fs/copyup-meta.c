@@ -121,12 +121,22 @@ static int fill_upper(int ufd, int lfd, off_t size, bool charged)
 	return ovl_metacopy_make_plain(out, ovl_fs->opt->fsync);
 }
 
-int ovl_metacopy_copy_data(struct ovl_node *n, off_t size, bool charged)
+void ovl_metacopy_wait_fill(struct ovl_node *n)
 {
-	_cleanup_close_ int ufd = -1, lfd = -1;
-	int r;
+	struct ovl_fs *fs = ovl_fs;
 
-	/* copyup_lock is held: the node's fds and its metacopy flag change only under it. */
+	pthread_mutex_lock(&fs->fill_lock);
+	while (n->filling)
+		pthread_cond_wait(&fs->fill_cond, &fs->fill_lock);
+	pthread_mutex_unlock(&fs->fill_lock);
+}
+
+int ovl_metacopy_claim_fill(struct ovl_node *n, off_t size, bool charged, struct ovl_fill *f)
+{
+	int r, ufd = -1, lfd = -1;
+
+	/* Claims are made under copyup_lock only; a fill ends without it, so waiting here cannot deadlock. */
+	ovl_metacopy_wait_fill(n);
 	pthread_rwlock_rdlock(&n->lock);
 	if (n->metacopy && n->upper_fd >= 0 && n->lower_fd >= 0) {
 		ufd = fcntl(n->upper_fd, F_DUPFD_CLOEXEC, 3);
@@ -134,15 +144,41 @@ int ovl_metacopy_copy_data(struct ovl_node *n, off_t size, bool charged)
 	}
 	r = !n->metacopy ? 0 : ufd < 0 || lfd < 0 ? -ESTALE : 1;
 	pthread_rwlock_unlock(&n->lock);
-	if (r <= 0)
+	if (r <= 0) {
+		safe_close(ufd);
+		safe_close(lfd);
 		return r;
-	r = fill_upper(ufd, lfd, size, charged);
-	if (r < 0)
-		return r;
-	pthread_rwlock_wrlock(&n->lock);
-	n->metacopy = false;
-	pthread_rwlock_unlock(&n->lock);
-	return 0;
+	}
+	pthread_mutex_lock(&ovl_fs->fill_lock);
+	n->filling = true;
+	pthread_mutex_unlock(&ovl_fs->fill_lock);
+	*f = (struct ovl_fill){ .ufd = ufd, .lfd = lfd, .size = size, .charged = charged };
+	return 1;
+}
+
+int ovl_metacopy_run_fill(struct ovl_node *n, struct ovl_fill *f)
+{
+	struct ovl_fs *fs = ovl_fs;
+	int r;
+
+	r = fill_upper(f->ufd, f->lfd, f->size, f->charged);
+	f->ufd = safe_close(f->ufd);
+	f->lfd = safe_close(f->lfd);
+	/*
+	 * Without copyup_lock: readers take node->lock, and whoever replaces
+	 * the node's state meanwhile (an eviction, a refresh) reads the file
+	 * marked or plain by now (ovl_node_apply()).
+	 */
+	if (r >= 0) {
+		pthread_rwlock_wrlock(&n->lock);
+		n->metacopy = false;
+		pthread_rwlock_unlock(&n->lock);
+	}
+	pthread_mutex_lock(&fs->fill_lock);
+	n->filling = false;
+	pthread_cond_broadcast(&fs->fill_cond);
+	pthread_mutex_unlock(&fs->fill_lock);
+	return r;
 }
 
 int ovl_copy_up_movable(struct ovl_node *n)

@@ -376,8 +376,12 @@ static bool metacopy_path(struct ovl_node *n, const struct stat *lst, char **ret
 	return true;
 }
 
-/* @meta: a regular file may become a metacopy (its data stays below); else its data is copied, up to @size. */
-static int copy_up_locked(struct ovl_node *n, off_t size, bool meta)
+/*
+ * @meta: a regular file may become a metacopy (its data stays below); else
+ * its data is copied, up to @size: then 1 is returned with the fill claimed
+ * in @f, for the caller to run once it has dropped copyup_lock.
+ */
+static int copy_up_locked(struct ovl_node *n, off_t size, bool meta, struct ovl_fill *f)
 {
 	struct ovl_fs *fs = ovl_fs;
 	_cleanup_free_ char *name = NULL, *redirect = NULL;
@@ -399,13 +403,13 @@ static int copy_up_locked(struct ovl_node *n, off_t size, bool meta)
 	r = n->upper_fd < 0 ? 0 : !meta && n->metacopy ? 1 : 2;
 	pthread_rwlock_unlock(&n->lock);
 	if (r == 1)
-		return ovl_metacopy_copy_data(n, size, false);
+		return ovl_metacopy_claim_fill(n, size, false, f);
 	if (r == 2)
 		return 0;
 	r = ovl_node_parent_name(n, &parent, &name);
 	if (r < 0)
 		return r;
-	r = copy_up_locked(parent, -1, true);
+	r = copy_up_locked(parent, -1, true, f); /* a directory: never a fill */
 	if (r < 0)
 		return r;
 	pfd = ovl_node_upper_dup(parent);
@@ -467,7 +471,7 @@ static int copy_up_locked(struct ovl_node *n, off_t size, bool meta)
 	n->opaque = false;
 	n->metacopy = mc;
 	pthread_rwlock_unlock(&n->lock);
-	return fill && mc ? ovl_metacopy_copy_data(n, size, true) : 0;
+	return fill && mc ? ovl_metacopy_claim_fill(n, size, true, f) : 0;
 }
 
 /* True when @n's data is in upper (a metacopy's is not), so a copy-up has nothing to do. */
@@ -483,6 +487,7 @@ static bool has_upper_data(struct ovl_node *n, bool meta)
 
 static int copy_up(struct ovl_node *n, off_t size, bool meta)
 {
+	struct ovl_fill f;
 	int r;
 
 	if (n == &ovl_fs->root)
@@ -492,9 +497,15 @@ static int copy_up(struct ovl_node *n, off_t size, bool meta)
 		return r;
 	if (has_upper_data(n, meta))
 		return 0;
+	/* Another writer's fill of @n: wait for it here, not holding copyup_lock up for every other copy-up. */
+	if (!meta)
+		ovl_metacopy_wait_fill(n);
 	pthread_mutex_lock(&ovl_fs->copyup_lock);
-	r = copy_up_locked(n, size, meta);
+	r = copy_up_locked(n, size, meta, &f);
 	pthread_mutex_unlock(&ovl_fs->copyup_lock);
+	/* The copy of the data itself: other copy-ups, renames and lookups go on meanwhile. */
+	if (r == 1)
+		r = ovl_metacopy_run_fill(n, &f);
 	return r;
 }
 

@@ -418,6 +418,8 @@ int ovl_daemon_main(int argc, char **argv)
 	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
 	pthread_mutex_init(&fs->copyup_lock, &ma);
 	pthread_mutexattr_destroy(&ma);
+	pthread_mutex_init(&fs->fill_lock, NULL);
+	pthread_cond_init(&fs->fill_cond, NULL);
 	pthread_rwlockattr_init(&rwa);
 	pthread_rwlockattr_setkind_np(&rwa, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
 	pthread_rwlock_init(&fs->quiesce, &rwa);

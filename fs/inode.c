@@ -271,22 +271,23 @@ void ovl_node_apply(struct ovl_node *n, struct ovl_res *res)
 {
 	char data_path[PATH_MAX];
 
+	if (res->hashable)
+		ovl_node_rekey(n, res->key_dev, res->key_ino);
+	if (res->ino && res->ino != n->ino && n != &ovl_fs->root)
+		ovl_node_set_ino(n, res->ino); /* e.g. a lower hard link split by a subtree copy */
+	pthread_rwlock_wrlock(&n->lock);
 	/*
 	 * @res was read without copyup_lock: a metacopy then may hold its data
-	 * by now (a data copy-up finished in between, then an eviction made
-	 * the node stale). Taking it as a metacopy would read below, and the
-	 * next write would copy the lower data over the upper's.
+	 * by now (a data copy-up, which ends without copyup_lock, finished in
+	 * between). Taking it as a metacopy would read below, and the next
+	 * write would copy the lower data over the upper's. Asked under the
+	 * node's lock, which the end of a fill takes after marking the file.
 	 */
 	if (res->metacopy && res->upper_fd >= 0 && ovl_metacopy_get(res->upper_fd, data_path) == 0) {
 		if (res->lower_fd >= 0)
 			res->lower_fd = safe_close(res->lower_fd);
 		res->metacopy = false;
 	}
-	if (res->hashable)
-		ovl_node_rekey(n, res->key_dev, res->key_ino);
-	if (res->ino && res->ino != n->ino && n != &ovl_fs->root)
-		ovl_node_set_ino(n, res->ino); /* e.g. a lower hard link split by a subtree copy */
-	pthread_rwlock_wrlock(&n->lock);
 	close_state(n);
 	free(n->handle);
 	n->handle = NULL;

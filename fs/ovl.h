@@ -134,6 +134,7 @@ struct ovl_node {
 	bool removed;                /* table_lock: its name was unlinked (never re-resolve it by name) */
 	bool hot;                    /* table_lock: on fs->all_* (holds fds), else on fs->cold_* */
 	atomic_bool used;            /* set on use, cleared by the eviction scan (second chance) */
+	bool filling;                /* fs->fill_lock: a data copy-up into its metacopy runs, without copyup_lock */
 	mode_t type;                /* S_IFMT, immutable */
 	dev_t key_dev;              /* table_lock (re-keyed on copy-up) */
 	ino_t key_ino;              /* table_lock */
@@ -211,6 +212,9 @@ struct ovl_fs {
 	pthread_mutex_t evict_lock;
 
 	pthread_mutex_t copyup_lock;
+	/* Data copy-ups in progress (node->filling): their end is broadcast on fill_cond. Taken with no other lock needed. */
+	pthread_mutex_t fill_lock;
+	pthread_cond_t fill_cond;
 	pthread_rwlock_t quiesce;
 	atomic_uint_fast64_t tmp_seq;
 
@@ -427,12 +431,25 @@ int ovl_copy_up_size(struct ovl_node *n, off_t size);
 int ovl_copy_up_movable(struct ovl_node *n);
 
 /*
- * Copies the data of metacopy @n into its upper file (@size bytes at most,
- * all if < 0; then truncated to @size), leaving its sync to the finalizer
- * when it can (fs/finalize.h). @charged: the quota was charged for the data
- * already. copyup_lock held.
+ * The data copy-up of a metacopy (fs/copyup-meta.c), in two steps, so that
+ * the copy itself runs without copyup_lock and other copy-ups go on:
+ * ovl_metacopy_claim_fill(), with copyup_lock held, waits for another
+ * thread's fill of @n to end, then claims the fill (@n->filling) and takes
+ * what it needs in @f: returns 1, or 0 when @n holds its data (nothing to
+ * do), or -errno. ovl_metacopy_run_fill(), with or without copyup_lock,
+ * copies the data into the upper file (@size bytes at most, all if < 0;
+ * then truncated to @size; @charged: the quota was charged for it already),
+ * leaving its sync to the finalizer when it can (fs/finalize.h), and ends
+ * the claim. ovl_metacopy_wait_fill() waits for a fill of @n to end.
  */
-int ovl_metacopy_copy_data(struct ovl_node *n, off_t size, bool charged);
+struct ovl_fill {
+	int ufd, lfd;
+	off_t size;
+	bool charged;
+};
+int ovl_metacopy_claim_fill(struct ovl_node *n, off_t size, bool charged, struct ovl_fill *f);
+int ovl_metacopy_run_fill(struct ovl_node *n, struct ovl_fill *f);
+void ovl_metacopy_wait_fill(struct ovl_node *n);
 
 /* True when the upper metacopy @upper_fd names its data by an absolute redirect (it can move anywhere). */
 bool ovl_metacopy_is_movable(int upper_fd);

@@ -18,6 +18,8 @@ import os
 import stat
 import struct
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -323,3 +325,53 @@ def test_quota_counts_no_metacopy_data(fsenv):
     with open(os.path.join(m.path, "src", "a.bin"), "ab") as f:
         f.write(b"x")
     assert read(os.path.join(m.path, "src", "a.bin")) == data(1) + b"x"
+
+
+def test_a_big_copy_up_holds_up_no_other(fsenv):
+    """The copy of a big file's data runs without the copy-up lock: a chmod and a write of another lower file
+    finish while it is under way (they used to wait for the whole copy)."""
+    require_impl("draftfs")
+    lower = fsenv.dir("lower")
+    os.makedirs(os.path.join(lower, "src"))
+    block = os.urandom(1 << 20)
+    with open(os.path.join(lower, "src", "big.bin"), "wb") as f:
+        for _ in range(256):
+            f.write(block)
+    write_file(os.path.join(lower, "src", "small.txt"), b"small\n")
+    m = fsenv.mount("draftfs", [lower])
+    v_big, v_small = os.path.join(m.path, "src", "big.bin"), os.path.join(m.path, "src", "small.txt")
+    up_big = os.path.join(m.upper, "src", "big.bin")
+    os.stat(v_small)
+    subprocess.run(["sync"], check=True)
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")  # the copy reads the 256 MiB from the disk: it takes a while
+    writer = subprocess.Popen([sys.executable, "-c", "import os, sys\n"
+                               "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)\n"
+                               "print('opened', flush=True)\nos.write(fd, b'!')", v_big],
+                              stdout=subprocess.PIPE)
+    os.set_blocking(writer.stdout.fileno(), False)
+    under_way = False
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and writer.poll() is None:
+        try:
+            st = os.lstat(up_big)
+        except FileNotFoundError:
+            continue
+        if (1 << 20) <= st.st_blocks * 512 < (200 << 20):
+            under_way = True
+            break
+    if under_way:
+        os.chmod(v_small, 0o600)
+        with open(v_small, "ab") as f:
+            f.write(b"x")
+        opened = writer.stdout.read() or b""
+    assert writer.wait(timeout=60) == 0
+    if not under_way:
+        pytest.skip("the copy of big.bin was over before it was seen under way: nothing to race with")
+    assert b"opened" not in opened, "the chmod and the write of small.txt waited for the copy of big.bin"
+    assert read(v_small) == b"small\nx"
+    assert stat.S_IMODE(os.stat(v_small).st_mode) == 0o600
+    with open(v_big, "rb") as f:
+        for _ in range(256):
+            assert f.read(1 << 20) == block
+        assert f.read() == b"!"
