@@ -24,7 +24,6 @@
 #include "fdpath.h"
 #include "metacopy.h"
 
-
 void ovl_data_loc_done(struct ovl_data_loc *loc)
 {
 	free(loc->path);
@@ -168,7 +167,6 @@ int ovl_upper_data_copy(int upper_fd, int data_fd, off_t data_size, int out_fd, 
 	return 0;
 }
 
-/* Copies the data of @in (@data_size bytes) over the start of the metacopy @fd, keeping its metadata as @st has it. */
 int ovl_upper_materialize(const struct ovl_layers *l, const char *path, cJSON **ret_error)
 {
 	_cleanup_data_loc_ struct ovl_data_loc loc = { 0 };
