@@ -58,15 +58,17 @@ static int finalize_now(int fd)
 {
 	char v[OVL_BOOT_ID_LEN + 1];
 	struct stat st;
+	ssize_t n;
 	int r;
 
-	if (fgetxattr(fd, OVL_XATTR_FILLED, v, sizeof(v)) < 0)
+	n = fgetxattr(fd, OVL_XATTR_FILLED, v, sizeof(v));
+	if (n < 0)
 		return errno == ENODATA || errno == ENOTSUP || errno == ERANGE ? 0 : -errno;
 	if (fstat(fd, &st) < 0)
 		return -errno;
 	if (st.st_nlink == 0)
 		return 0; /* removed: nothing to keep */
-	if (fgetxattr(fd, OVL_XATTR_METACOPY, NULL, 0) >= 0 && !ovl_metacopy_filled(fd))
+	if (fgetxattr(fd, OVL_XATTR_METACOPY, NULL, 0) >= 0 && !ovl_fill_marker_is_current(v, n))
 		return 0; /* a marker of another boot: the data in the file may never have reached the disk */
 	r = ovl_metacopy_make_plain(fd, true);
 	return r < 0 ? r : 1;

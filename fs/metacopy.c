@@ -71,7 +71,7 @@ const char *ovl_boot_id(void)
 	return boot_id[0] ? boot_id : NULL;
 }
 
-static bool marker_is_current(const char *value, ssize_t n)
+bool ovl_fill_marker_is_current(const char *value, ssize_t n)
 {
 	const char *id = ovl_boot_id();
 
@@ -83,7 +83,7 @@ static bool filled_now(int fd, bool *opath)
 {
 	char v[OVL_BOOT_ID_LEN + 1];
 
-	return marker_is_current(v, get_xattr(fd, opath, OVL_XATTR_FILLED, v, sizeof(v)));
+	return ovl_fill_marker_is_current(v, get_xattr(fd, opath, OVL_XATTR_FILLED, v, sizeof(v)));
 }
 
 /* The metacopy state of @fd before the fill marker is considered. */
@@ -140,13 +140,6 @@ int ovl_metacopy_get(int fd, char data_path[static PATH_MAX])
 	return r;
 }
 
-int ovl_metacopy_filled(int fd)
-{
-	bool opath = false;
-
-	return get_xattr(fd, &opath, OVL_XATTR_METACOPY, NULL, 0) >= 0 && filled_now(fd, &opath);
-}
-
 /* getxattrat(2), Linux 6.13; the C library does not have it yet */
 #ifndef SYS_getxattrat
 #define SYS_getxattrat 464
@@ -191,25 +184,29 @@ static int present(ssize_t n)
 	return n == -ENODATA || n == -ENOTSUP ? 0 : (int)n;
 }
 
-int ovl_metacopy_at(int dir_fd, const char *name)
+/* filled_now() by name. */
+static bool filled_now_at(int dir_fd, const char *name)
 {
 	char v[OVL_BOOT_ID_LEN + 1];
+
+	return ovl_fill_marker_is_current(v, xattr_at(dir_fd, name, OVL_XATTR_FILLED, v, sizeof(v)));
+}
+
+int ovl_metacopy_at(int dir_fd, const char *name)
+{
 	int r;
 
 	r = present(xattr_at(dir_fd, name, OVL_XATTR_METACOPY, NULL, 0));
 	if (r <= 0)
 		return r;
-	if (marker_is_current(v, xattr_at(dir_fd, name, OVL_XATTR_FILLED, v, sizeof(v))))
+	if (filled_now_at(dir_fd, name))
 		return 0;
 	return present(xattr_at(dir_fd, name, OVL_XATTR_METACOPY, NULL, 0));
 }
 
 int ovl_metacopy_filled_at(int dir_fd, const char *name)
 {
-	char v[OVL_BOOT_ID_LEN + 1];
-
-	return present(xattr_at(dir_fd, name, OVL_XATTR_METACOPY, NULL, 0)) > 0 &&
-	       marker_is_current(v, xattr_at(dir_fd, name, OVL_XATTR_FILLED, v, sizeof(v)));
+	return present(xattr_at(dir_fd, name, OVL_XATTR_METACOPY, NULL, 0)) > 0 && filled_now_at(dir_fd, name);
 }
 
 uint64_t ovl_upper_file_bytes(int dir_fd, const char *name, const struct stat *st)

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 
 #define OVL_XATTR_METACOPY "trusted.overlay.metacopy"
 #define OVL_XATTR_MC_REDIRECT "trusted.overlay.redirect"
@@ -48,12 +49,14 @@ int ovl_metacopy_get(int fd, char data_path[static PATH_MAX]);
 /* This boot's id (/proc/sys/kernel/random/boot_id, 36 chars), or NULL if it cannot be read. */
 const char *ovl_boot_id(void);
 
+/* True if @value (@n bytes, or -errno: no marker) is a fill marker of this boot. */
+bool ovl_fill_marker_is_current(const char *value, ssize_t n);
+
 /*
- * 1 if the metacopy @fd (a real fd, not O_PATH) / entry @name of @dir_fd
- * carries a fill marker of this boot: its data is filled in but not yet
- * finalized (fs/finalize.h). 0 otherwise.
+ * 1 if entry @name of @dir_fd is a metacopy carrying a fill marker of this
+ * boot: its data is filled in but not yet finalized (fs/finalize.h). 0
+ * otherwise.
  */
-int ovl_metacopy_filled(int fd);
 int ovl_metacopy_filled_at(int dir_fd, const char *name);
 
 /*
