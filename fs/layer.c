@@ -20,6 +20,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "bgfill.h"
 #include "fdpath.h"
 #include "log.h"
 #include "macro.h"
@@ -347,6 +348,8 @@ static int resolve_in_stack(const struct ovl_stack *s, const char *name, struct 
 					ovl_res_done(res);
 					return r == -EBADMSG ? -EIO : r;
 				}
+				if (r > 0 && ovl_bgfill_holds(fd))
+					r = 0; /* being filled: its data is the upper file's, through us */
 				res->metacopy = r > 0;
 				if (r == 1 && redirect[0])
 					abs_path = redirect;
@@ -420,8 +423,8 @@ static int resolve_in_stack(const struct ovl_stack *s, const char *name, struct 
 	res->ino = res->st.st_ino;
 	res->hashable = res->upper_fd >= 0 || S_ISDIR(res->st.st_mode) || res->st.st_nlink <= 1;
 	if (res->upper_fd >= 0) {
-		dev_t od;
-		ino_t oi;
+		dev_t od = 0;
+		ino_t oi = 0;
 		bool is_new = false;
 
 		r = origin_read(res->upper_fd, &od, &oi, &is_new);
@@ -561,6 +564,8 @@ static int reopen_metacopy_data(struct ovl_res *res)
 	int r, err = 0;
 
 	r = ovl_metacopy_get(res->upper_fd, path);
+	if (r > 0 && ovl_bgfill_holds(res->upper_fd))
+		r = 0;
 	if (r <= 0)
 		return r == 0 ? 0 : -ESTALE;
 	if (r != 1 || !path[0])
