@@ -17,6 +17,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "bgfill.h"
 #include "fdpath.h"
 #include "finalize.h"
 #include "macro.h"
@@ -32,43 +33,72 @@ bool ovl_metacopy_is_movable(int upper_fd)
 	return ovl_metacopy_get(upper_fd, path) == 1 && path[0];
 }
 
+int ovl_keep_save(int fd, struct ovl_keep *k)
+{
+	*k = (struct ovl_keep){ .ncaps = -1 };
+	if (fstat(fd, &k->st) < 0)
+		return -errno;
+	k->ncaps = fgetxattr(fd, XATTR_CAPS, NULL, 0);
+	if (k->ncaps > 0) {
+		k->caps = malloc((size_t)k->ncaps);
+		if (!k->caps)
+			return -ENOMEM;
+		k->ncaps = fgetxattr(fd, XATTR_CAPS, k->caps, (size_t)k->ncaps);
+	}
+	k->saved = true;
+	return 0;
+}
+
+int ovl_keep_restore(int fd, struct ovl_keep *k)
+{
+	struct stat now;
+	int r = 0;
+
+	if (!k->saved) {
+		free(k->caps);
+		k->caps = NULL;
+		return 0;
+	}
+	/* A write drops security.capability, and the set-id bits without CAP_FSETID: put them back. */
+	if (k->ncaps > 0 && fsetxattr(fd, XATTR_CAPS, k->caps, (size_t)k->ncaps, 0) < 0)
+		r = -errno;
+	if (r >= 0 && fstat(fd, &now) == 0 && (now.st_mode & 07777) != (k->st.st_mode & 07777) &&
+	    fchmod(fd, k->st.st_mode & 07777) < 0)
+		r = -errno;
+	if (r >= 0 && futimens(fd, (struct timespec[2]){ k->st.st_atim, k->st.st_mtim }) < 0)
+		r = -errno;
+	free(k->caps);
+	k->caps = NULL;
+	return r;
+}
+
 int ovl_metacopy_fill(int fd, int data_fd, off_t size, bool writeback)
 {
-	_cleanup_free_ void *caps = NULL;
-	ssize_t ncaps = 0;
-	struct stat ust, dst;
+	struct ovl_keep k;
+	struct stat dst;
 	off_t copy;
-	int r;
+	int r, q;
 
-	if (fstat(fd, &ust) < 0 || fstat(data_fd, &dst) < 0)
+	if (fstat(data_fd, &dst) < 0)
 		return -errno;
-	copy = MIN(size, dst.st_size);
-	ncaps = fgetxattr(fd, XATTR_CAPS, NULL, 0);
-	if (ncaps > 0) {
-		caps = malloc((size_t)ncaps);
-		if (!caps)
-			return -ENOMEM;
-		ncaps = fgetxattr(fd, XATTR_CAPS, caps, (size_t)ncaps);
+	r = ovl_keep_save(fd, &k);
+	if (r < 0) {
+		(void)ovl_keep_restore(fd, &k);
+		return r;
 	}
+	copy = MIN(size, dst.st_size);
 	/*
 	 * Holes are skipped only where the file has no blocks of its own to
 	 * overwrite (a fill a crash cut short, or after a reboot, may have left
 	 * some): xattr blocks aside, a metacopy holds none.
 	 */
 	r = copy > 0 ? ovl_copy_data(data_fd, fd, copy,
-				     (off_t)dst.st_blocks * 512 < dst.st_size && ust.st_blocks * 512 <= 8192,
+				     (off_t)dst.st_blocks * 512 < dst.st_size && k.st.st_blocks * 512 <= 8192,
 				     writeback) : 0;
 	if (r >= 0 && ftruncate(fd, size) < 0)
 		r = -errno;
-	/* A write drops security.capability, and the set-id bits without CAP_FSETID: put them back. */
-	if (r >= 0 && ncaps > 0 && fsetxattr(fd, XATTR_CAPS, caps, (size_t)ncaps, 0) < 0)
-		r = -errno;
-	if (r >= 0 && fstat(fd, &dst) == 0 && (dst.st_mode & 07777) != (ust.st_mode & 07777) &&
-	    fchmod(fd, ust.st_mode & 07777) < 0)
-		r = -errno;
-	if (r >= 0 && futimens(fd, (struct timespec[2]){ ust.st_atim, ust.st_mtim }) < 0)
-		r = -errno;
-	return r;
+	q = ovl_keep_restore(fd, &k);
+	return r < 0 ? r : q;
 }
 
 int ovl_metacopy_make_plain(int fd, bool sync)
@@ -110,6 +140,14 @@ static int fill_upper(int ufd, int lfd, off_t size, bool charged)
 	r = charged ? 0 : ovl_quota_check(MIN(size, lst.st_size), 0);
 	if (r < 0)
 		return r;
+	/* A big one is copied in the background (fs/bgfill.h): its data is the file's from now on, through us. */
+	if (ovl_bgfill_wanted(MIN(size, lst.st_size))) {
+		r = ovl_bgfill_begin(out, in, size);
+		if (r >= 0)
+			return 0;
+		if (r != -EAGAIN)
+			return r;
+	}
 	/* The finalizer syncs a deferred fill later: no writeback now, it would only slow the copy. */
 	defer = ovl_finalize_enabled();
 	r = ovl_metacopy_fill(out, in, size, ovl_fs->opt->fsync && !defer);
@@ -144,6 +182,13 @@ int ovl_metacopy_claim_fill(struct ovl_node *n, off_t size, bool charged, struct
 	}
 	r = !n->metacopy ? 0 : ufd < 0 || lfd < 0 ? -ESTALE : 1;
 	pthread_rwlock_unlock(&n->lock);
+	if (r > 0 && ovl_bgfill_holds(ufd)) {
+		/* Filled in the background already (a node made before its fill began): its data is in upper. */
+		pthread_rwlock_wrlock(&n->lock);
+		n->metacopy = false;
+		pthread_rwlock_unlock(&n->lock);
+		r = 0;
+	}
 	if (r <= 0) {
 		safe_close(ufd);
 		safe_close(lfd);

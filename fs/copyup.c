@@ -23,6 +23,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "bgfill.h"
 #include "fdpath.h"
 #include "macro.h"
 #include "finalize.h"
@@ -48,6 +49,55 @@ void ovl_tmp_name(char tmp[static 64])
 static atomic_bool clone_unsupported;
 
 /*
+ * Copies [@pos, @hole) of @src_fd into @dst_fd at the same offsets
+ * (copy_file_range, else read/write). *@end: where the data copied ends
+ * (less than @hole when the source is shorter). Returns 0 or -errno.
+ */
+static int copy_range(int src_fd, int dst_fd, off_t pos, off_t hole, bool writeback, off_t *end)
+{
+	while (pos < hole) {
+		loff_t in = pos, out = pos;
+		size_t len = (size_t)(writeback ? MIN(hole - pos, COPY_WRITEBACK_CHUNK) : hole - pos);
+		ssize_t n = copy_file_range(src_fd, &in, dst_fd, &out, len, 0);
+
+		if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) {
+			char buf[65536];
+
+			n = pread(src_fd, buf, (size_t)MIN((off_t)sizeof(buf), hole - pos), pos);
+			if (n > 0) {
+				int r = 0;
+				for (ssize_t w = 0; w < n;) {
+					ssize_t k = pwrite(dst_fd, buf + w, (size_t)(n - w), pos + w);
+
+					if (k < 0) {
+						if (errno == EINTR)
+							continue;
+						r = -errno;
+						break;
+					}
+					w += k;
+				}
+				if (r < 0)
+					return r;
+			}
+		}
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			break; /* source shorter than expected */
+		/* Start writing this chunk out while the next is copied: the caller's fdatasync then has little left to wait for. */
+		if (writeback)
+			(void)sync_file_range(dst_fd, pos, n, SYNC_FILE_RANGE_WRITE);
+		pos += n;
+		*end = pos;
+	}
+	return 0;
+}
+
+/*
  * Copies @size bytes of @src_fd into @dst_fd, new and empty or all holes
  * (a metacopy). @sparse: the source may have holes (else it is copied in
  * one go, without SEEK_DATA / SEEK_HOLE probes). @writeback: the caller
@@ -55,19 +105,16 @@ static atomic_bool clone_unsupported;
  * (a durable copy of 1 GiB then costs about what an unsynced one does,
  * instead of the copy plus a long fdatasync). Returns 0 or -errno.
  */
-int ovl_copy_data(int src_fd, int dst_fd, off_t size, bool sparse, bool writeback)
+/*
+ * Copies the data of [@pos, @size) of @src_fd into @dst_fd at the same
+ * offsets; @sparse: skipping the source's holes. *@end: where the data
+ * copied ends. Returns 0 or -errno.
+ */
+static int copy_segments(int src_fd, int dst_fd, off_t pos, off_t size, bool sparse, bool writeback, off_t *end)
 {
-	off_t pos = 0, end = 0; /* end: where the data written so far ends */
-
-	if (size > 0 && !atomic_load(&clone_unsupported)) {
-		if (ioctl(dst_fd, FICLONE, src_fd) == 0)
-			return ftruncate(dst_fd, size) < 0 ? -errno : 0;
-		if (errno == EOPNOTSUPP || errno == ENOTTY)
-			atomic_store(&clone_unsupported, true);
-	}
-
 	while (pos < size) {
 		off_t data, hole;
+		int r;
 
 		if (!sparse) {
 			data = pos;
@@ -87,48 +134,35 @@ int ovl_copy_data(int src_fd, int dst_fd, off_t size, bool sparse, bool writebac
 					hole = size;
 			}
 		}
-		pos = data;
-		while (pos < hole) {
-			loff_t in = pos, out = pos;
-			size_t len = (size_t)(writeback ? MIN(hole - pos, COPY_WRITEBACK_CHUNK) : hole - pos);
-			ssize_t n = copy_file_range(src_fd, &in, dst_fd, &out, len, 0);
-
-			if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) {
-				char buf[65536];
-
-				n = pread(src_fd, buf, (size_t)MIN((off_t)sizeof(buf), hole - pos), pos);
-				if (n > 0) {
-					int r = 0;
-					for (ssize_t w = 0; w < n;) {
-						ssize_t k = pwrite(dst_fd, buf + w, (size_t)(n - w), pos + w);
-
-						if (k < 0) {
-							if (errno == EINTR)
-								continue;
-							r = -errno;
-							break;
-						}
-						w += k;
-					}
-					if (r < 0)
-						return r;
-				}
-			}
-			if (n < 0) {
-				if (errno == EINTR)
-					continue;
-				return -errno;
-			}
-			if (n == 0)
-				break; /* source shorter than expected */
-			/* Start writing this chunk out while the next is copied: the caller's fdatasync then has little left to wait for. */
-			if (writeback)
-				(void)sync_file_range(dst_fd, pos, n, SYNC_FILE_RANGE_WRITE);
-			pos += n;
-			end = pos;
-		}
+		r = copy_range(src_fd, dst_fd, data, hole, writeback, end);
+		if (r < 0)
+			return r;
 		pos = hole;
 	}
+	return 0;
+}
+
+int ovl_copy_range(int src_fd, int dst_fd, off_t pos, off_t end, bool sparse)
+{
+	off_t done;
+
+	return copy_segments(src_fd, dst_fd, pos, end, sparse, false, &done);
+}
+
+int ovl_copy_data(int src_fd, int dst_fd, off_t size, bool sparse, bool writeback)
+{
+	off_t end = 0; /* where the data written so far ends */
+	int r;
+
+	if (size > 0 && !atomic_load(&clone_unsupported)) {
+		if (ioctl(dst_fd, FICLONE, src_fd) == 0)
+			return ftruncate(dst_fd, size) < 0 ? -errno : 0;
+		if (errno == EOPNOTSUPP || errno == ENOTTY)
+			atomic_store(&clone_unsupported, true);
+	}
+	r = copy_segments(src_fd, dst_fd, 0, size, sparse, writeback, &end);
+	if (r < 0)
+		return r;
 	/* The new file already has the right size when the data went up to @size. */
 	if (end == size)
 		return 0;
@@ -934,7 +968,8 @@ int ovl_copy_tree_tmp(struct ovl_node *dir, char tmp[static 64])
 	const char *origin;
 	int r, top;
 
-	/* copyup_lock is held: the node's fds are stable. */
+	/* copyup_lock is held: the node's fds are stable. Files under it being filled are read whole. */
+	ovl_bgfill_flush();
 	ovl_res_init(&self);
 	ovl_node_stack(dir, &s);
 	self.upper_fd = dir->upper_fd;

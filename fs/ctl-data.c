@@ -19,6 +19,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "bgfill.h"
 #include "ctl-data.h"
 #include "diff.h"
 #include "fdpath.h"
@@ -70,6 +71,14 @@ static int read_state(int fd, const char *path, char **ret_data_path)
 	int kind;
 
 	kind = ovl_metacopy_get(fd, value);
+	/* Being filled in the background: the view takes its data as the upper file's; wait until it is. */
+	if (kind > 0 && ovl_bgfill_holds(fd)) {
+		int r = ovl_bgfill_wait_fd(fd);
+
+		if (r < 0)
+			return r;
+		kind = ovl_metacopy_get(fd, value);
+	}
 	if (kind <= 0)
 		return kind;
 	return data_path_of(path, kind, value, ret_data_path) < 0 ? -EBADMSG : 1;

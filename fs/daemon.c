@@ -25,6 +25,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "bgfill.h"
 #include "fdpath.h"
 #include "finalize.h"
 #include "log.h"
@@ -559,6 +560,12 @@ int ovl_daemon_main(int argc, char **argv)
 		log_error_errno(r, "cannot start the finalizer thread");
 		goto out;
 	}
+	r = ovl_bgfill_start();
+	if (r < 0) {
+		pthread_sigmask(SIG_SETMASK, &oldmask, NULL);
+		log_error_errno(r, "cannot start the background copy-up thread");
+		goto out;
+	}
 	r = ovl_control_start(&fs->layers, &fs->live, &fs->ctl);
 	pthread_sigmask(SIG_SETMASK, &oldmask, NULL);
 	if (r < 0) {
@@ -590,6 +597,7 @@ out:
 		fs->ctl = NULL;
 	}
 	ovl_whiteout_pool_stop(fs);
+	ovl_bgfill_stop(); /* first: a finished fill is handed to the finalizer */
 	ovl_finalize_stop(fs);
 	if (cfg)
 		fuse_loop_cfg_destroy(cfg);

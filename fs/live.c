@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bgfill.h"
 #include "fdpath.h"
 #include "finalize.h"
 #include "log.h"
@@ -94,7 +95,8 @@ void ovl_live_quiesce(void *userdata, bool on)
 	if (on) {
 		pthread_rwlock_wrlock(&fs->quiesce);
 		atomic_store(&quiesced, true);
-		/* What the control plane reads and moves on disk is then what the view shows: no fill marker left. */
+		/* What the control plane reads and moves on disk is then what the view shows: no fill running, no marker left. */
+		ovl_bgfill_flush();
 		(void)ovl_finalize_flush();
 	} else {
 		atomic_store(&quiesced, false);

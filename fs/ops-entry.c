@@ -21,6 +21,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "bgfill.h"
 #include "fdpath.h"
 #include "macro.h"
 #include "metacopy.h"
@@ -192,8 +193,12 @@ static int fchmodat2_empty(int fd, mode_t mode)
 	return -1;
 }
 
-/* Applies @attr to the upper object @fd (O_PATH; @hfd: an open handle of it or -1). Called with @n's lock held shared. */
-static int setattr_fd(struct ovl_node *n, int fd, int hfd, struct stat *attr, int to_set)
+/*
+ * Applies @attr to the upper object @fd (O_PATH; @hfd: an open handle of
+ * it or -1; @bf: its background fill, locked, or NULL). Called with @n's
+ * lock held shared.
+ */
+static int setattr_fd(struct ovl_node *n, int fd, int hfd, struct ovl_bgfill *bf, struct stat *attr, int to_set)
 {
 	const struct ovl_options *o = ovl_fs->opt;
 	int r;
@@ -252,15 +257,21 @@ static int setattr_fd(struct ovl_node *n, int fd, int hfd, struct stat *attr, in
 			}
 		}
 		if (hfd >= 0) {
-			if (ftruncate(hfd, attr->st_size) < 0)
-				return -errno;
+			r = bf ? ovl_bgfill_truncate_locked(bf, hfd, attr->st_size)
+			       : ftruncate(hfd, attr->st_size) < 0 ? -errno : 0;
+			if (r < 0)
+				return r;
 		} else {
 			_cleanup_close_ int wfd = fd_reopen(fd, O_WRONLY);
 
 			if (wfd < 0)
 				return wfd;
-			if (ftruncate(wfd, attr->st_size) < 0)
-				return -errno;
+			if (bf)
+				r = ovl_bgfill_truncate_locked(bf, wfd, attr->st_size);
+			else
+				r = ftruncate(wfd, attr->st_size) < 0 ? -errno : 0;
+			if (r < 0)
+				return r;
 		}
 	}
 	if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)) {
@@ -306,7 +317,17 @@ static int do_setattr(struct ovl_node *n, struct stat *attr, int to_set, struct 
 	r = ovl_node_rdlock_fresh(n);
 	if (r < 0)
 		return r;
-	r = n->upper_fd >= 0 ? setattr_fd(n, n->upper_fd, hfd, attr, to_set) : -ENOENT;
+	if (n->upper_fd >= 0) {
+		/* A file being filled in the background changes with the fill's lock held (fs/bgfill.h). */
+		struct ovl_bgfill *bf = S_ISREG(n->type) ? ovl_bgfill_get(n->upper_fd) : NULL;
+
+		ovl_bgfill_lock(bf);
+		r = setattr_fd(n, n->upper_fd, hfd, bf, attr, to_set);
+		ovl_bgfill_unlock(bf);
+		ovl_bgfill_put(bf);
+	} else {
+		r = -ENOENT;
+	}
 	pthread_rwlock_unlock(&n->lock);
 	return r;
 }

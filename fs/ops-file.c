@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bgfill.h"
 #include "fdpath.h"
 #include "finalize.h"
 #include "log.h"
@@ -26,9 +27,19 @@ static int new_fh(int fd, bool lower, struct fuse_file_info *fi)
 	if (!fh)
 		return -ENOMEM;
 	fh->fd = fd;
+	fh->bf = lower ? NULL : ovl_bgfill_get(fd);
 	fh->lower = lower;
 	fi->fh = (uint64_t)(uintptr_t)fh;
 	return 0;
+}
+
+/* Frees the handle of @fi made by new_fh() when the open fails before it is counted (its fd stays the caller's). */
+static void free_fh(struct fuse_file_info *fi)
+{
+	struct ovl_fh *fh = (struct ovl_fh *)(uintptr_t)fi->fh;
+
+	ovl_bgfill_put(fh->bf);
+	free(fh);
 }
 
 static int open_flags(int flags)
@@ -68,6 +79,7 @@ static void release_fh(struct ovl_node *n, struct fuse_file_info *fi)
 	struct ovl_fh *fh = (struct ovl_fh *)(uintptr_t)fi->fh;
 
 	ovl_pt_release(n, fh);
+	ovl_bgfill_put(fh->bf);
 	close(fh->fd);
 	free(fh);
 }
@@ -93,6 +105,7 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct ovl_node *n = ovl_node_from_ino(ino);
 	bool write = (fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC);
 	bool lower = false, lower_hardlink = false;
+	struct ovl_bgfill *bf = NULL;
 	int r = 0, fd = -1;
 
 	ovl_node_maybe_evict(); /* re-resolving evicted nodes takes fds too */
@@ -117,7 +130,9 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		r = ovl_node_rdlock_fresh(n);
 	if (r >= 0) {
 		if (n->upper_fd >= 0 && !n->metacopy) {
-			fd = fd_reopen(n->upper_fd, open_flags(fi->flags));
+			/* A file being filled is truncated with the fill's lock held (below), or its copy would come back. */
+			bf = (fi->flags & O_TRUNC) ? ovl_bgfill_get(n->upper_fd) : NULL;
+			fd = fd_reopen(n->upper_fd, open_flags(fi->flags & (bf ? ~O_TRUNC : ~0)));
 		} else if (n->lower_fd >= 0 && !write) {
 			/* Lower-only, or a metacopy whose data is below: read the lower file (a writer copied the data up above). */
 			fd = fd_reopen(n->lower_fd, open_flags(fi->flags & ~O_TRUNC));
@@ -128,6 +143,12 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		pthread_rwlock_unlock(&n->lock);
 		r = fd;
 	}
+	if (r >= 0 && bf) {
+		ovl_bgfill_lock(bf);
+		r = ovl_bgfill_truncate_locked(bf, fd, 0);
+		ovl_bgfill_unlock(bf);
+	}
+	ovl_bgfill_put(bf);
 	if (r >= 0 && (fi->flags & O_TRUNC) && fuse_req_ctx(req)->uid != 0) {
 		struct stat st;
 
@@ -142,7 +163,7 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		if (r == -ESTALE)
 			ovl_node_unhash(n); /* the kernel retries the path walk and looks the name up afresh */
 		if (r < 0)
-			free((void *)(uintptr_t)fi->fh);
+			free_fh(fi);
 	}
 	if (r < 0) {
 		safe_close(fd);
@@ -201,7 +222,7 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 		r = new_fh(fd, false, fi);
 		/* A new node has no open files: never -ESTALE here, and a writable open is always cached. */
 		if (r >= 0 && (r = ovl_pt_open(n, fd, true, (struct ovl_fh *)(uintptr_t)fi->fh)) < 0)
-			free((void *)(uintptr_t)fi->fh);
+			free_fh(fi);
 		if (r < 0)
 			ovl_node_forget(n, 1);
 	}
@@ -227,7 +248,8 @@ static int read_fd(struct ovl_node *n, struct fuse_file_info *fi)
 		int nfd = -1;
 
 		pthread_rwlock_rdlock(&n->lock);
-		if (n->upper_fd >= 0 && !n->metacopy)
+		/* Not while its copy runs: this handle has no fill to read through; it reads below until then. */
+		if (n->upper_fd >= 0 && !n->metacopy && !ovl_bgfill_holds(n->upper_fd))
 			nfd = fd_reopen(n->upper_fd, O_RDONLY);
 		pthread_rwlock_unlock(&n->lock);
 		if (nfd >= 0) {
@@ -245,7 +267,12 @@ void ovl_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct 
 	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
 	int fd = read_fd(ovl_node_from_ino(ino), fi);
 	void *ring = ovl_uring_reply_buf(size);
+	int r = ovl_bgfill_ensure(ovl_fh_bgfill(fi), off, (off_t)size);
 
+	if (r < 0) {
+		fuse_reply_err(req, -r);
+		return;
+	}
 	if (ring) {
 		/* Over io_uring: read straight into the entry's reply buffer (no splice there, no bounce copy). */
 		ssize_t n = pread(fd, ring, size, off);
@@ -266,6 +293,7 @@ void ovl_op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in, of
 {
 	struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));
 	bool quota = ovl_fs->opt->quota_bytes != 0, kill = fuse_req_ctx(req)->uid != 0;
+	struct ovl_bgfill *bf = ovl_fh_bgfill(fi);
 	ssize_t r;
 
 	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
@@ -287,7 +315,11 @@ void ovl_op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in, of
 		}
 	}
 	ovl_mutate_begin();
-	r = fuse_buf_copy(&out, in, 0);
+	ovl_bgfill_lock(bf);
+	r = ovl_bgfill_ensure_locked(bf, off, (off_t)out.buf[0].size);
+	if (r >= 0)
+		r = fuse_buf_copy(&out, in, 0);
+	ovl_bgfill_unlock(bf);
 	ovl_mutate_end();
 	if (r < 0)
 		fuse_reply_err(req, (int)-r);
@@ -309,7 +341,9 @@ void ovl_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file
 		int fd = ovl_fh_fd(fi);
 
 		/* A copy-up whose sync was deferred: finalizing it syncs everything (fsync included). */
-		r = ovl_fh_is_lower(fi) ? 0 : ovl_finalize_fd(fd);
+		r = ovl_bgfill_wait(ovl_fh_bgfill(fi));
+		if (r == 0)
+			r = ovl_fh_is_lower(fi) ? 0 : ovl_finalize_fd(fd);
 		if (r < 0)
 			r = -r;
 		else if (r == 0)
@@ -325,7 +359,11 @@ void ovl_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, of
 	int r;
 
 	ovl_mutate_begin();
-	r = fallocate(ovl_fh_fd(fi), mode, offset, length) < 0 ? errno : 0;
+	ovl_bgfill_lock(ovl_fh_bgfill(fi));
+	r = -ovl_bgfill_ensure_locked(ovl_fh_bgfill(fi), offset, length);
+	if (r == 0)
+		r = fallocate(ovl_fh_fd(fi), mode, offset, length) < 0 ? errno : 0;
+	ovl_bgfill_unlock(ovl_fh_bgfill(fi));
 	ovl_mutate_end();
 	fuse_reply_err(req, r);
 }
@@ -333,22 +371,40 @@ void ovl_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, of
 void ovl_op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, struct fuse_file_info *fi_in,
 			    fuse_ino_t ino_out, off_t off_out, struct fuse_file_info *fi_out, size_t len, int flags)
 {
+	struct ovl_bgfill *bf = ovl_fh_bgfill(fi_out);
 	loff_t in = off_in, out = off_out;
+	int fd = read_fd(ovl_node_from_ino(ino_in), fi_in);
 	ssize_t n;
 
+	/* The source's chunks first, without the destination's lock: one fill lock at a time. */
+	n = ovl_bgfill_ensure(ovl_fh_bgfill(fi_in), off_in, (off_t)len);
 	ovl_mutate_begin();
-	n = copy_file_range(read_fd(ovl_node_from_ino(ino_in), fi_in), &in, ovl_fh_fd(fi_out), &out, len, (unsigned)flags);
+	ovl_bgfill_lock(bf);
+	if (n >= 0)
+		n = ovl_bgfill_ensure_locked(bf, off_out, (off_t)len);
+	if (n >= 0) {
+		n = copy_file_range(fd, &in, ovl_fh_fd(fi_out), &out, len, (unsigned)flags);
+		if (n < 0)
+			n = -errno;
+	}
+	ovl_bgfill_unlock(bf);
 	ovl_mutate_end();
 	if (n < 0)
-		fuse_reply_err(req, errno);
+		fuse_reply_err(req, (int)-n);
 	else
 		fuse_reply_write(req, (size_t)n);
 }
 
 void ovl_op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi)
 {
-	off_t r = lseek(read_fd(ovl_node_from_ino(ino), fi), off, whence);
+	int fd = read_fd(ovl_node_from_ino(ino), fi);
+	/* Holes and data as they will be: the upper file's own show only once the copy is done. */
+	off_t r = ovl_bgfill_wait(ovl_fh_bgfill(fi));
 
+	if (r == 0)
+		r = lseek(fd, off, whence);
+	else
+		errno = (int)-r;
 	if (r < 0)
 		fuse_reply_err(req, errno);
 	else

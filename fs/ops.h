@@ -19,6 +19,7 @@ enum ovl_iomode {
 
 struct ovl_fh {
 	int fd;
+	struct ovl_bgfill *bf; /* the upper file's background fill (fs/bgfill.h), a reference; NULL: none */
 	bool lower;
 	bool counted;        /* counted in the node's open state (ovl_pt_open) */
 	uint8_t mode;        /* enum ovl_iomode */
@@ -28,6 +29,10 @@ struct ovl_fh {
 static inline int ovl_fh_fd(struct fuse_file_info *fi)
 {
 	return ((struct ovl_fh *)(uintptr_t)fi->fh)->fd;
+}
+static inline struct ovl_bgfill *ovl_fh_bgfill(struct fuse_file_info *fi)
+{
+	return ((struct ovl_fh *)(uintptr_t)fi->fh)->bf;
 }
 static inline bool ovl_fh_is_lower(struct fuse_file_info *fi)
 {

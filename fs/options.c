@@ -313,6 +313,11 @@ static int parse_one(struct ovl_options *o, char *opt, char *err, size_t errlen)
 			return fail(err, errlen, "invalid %s '%s': expected 0 or 1", opt, v);
 		return 0;
 	}
+	if (strcmp(opt, "bgfill") == 0 && v) {
+		if (parse_size(v, &o->bgfill) < 0)
+			return fail(err, errlen, "invalid bgfill '%s': expected a size (k/M/G/T), 0 for off", v);
+		return 0;
+	}
 	if ((strcmp(opt, "quota_bytes") == 0 || strcmp(opt, "quota_inodes") == 0) && v) {
 		if (parse_size(v, opt[6] == 'b' ? &o->quota_bytes : &o->quota_inodes) < 0)
 			return fail(err, errlen, "invalid %s '%s'", opt, v);
@@ -375,6 +380,7 @@ int ovl_options_parse(int argc, char **argv, struct ovl_options *o, char *err, s
 	o->writeback = false; /* kernel-side mtimes are never written back to us: see docs/fs.md */
 	o->fsync = true;
 	o->metacopy = true;
+	o->bgfill = (uint64_t)64 << 20;
 	o->passthrough = OVL_PT_ALL;
 	o->uring = OVL_URING_AUTO;
 	o->threads = 8;

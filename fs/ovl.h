@@ -72,6 +72,7 @@ struct ovl_options {
 	bool read_only;
 	unsigned threads;     /* max /dev/fuse worker threads; io_uring: spread over the queues, at least 2 each */
 	uint64_t quota_bytes, quota_inodes; /* 0 = unlimited */
+	uint64_t bgfill;      /* data copy-ups of files this big run in the background (fs/bgfill.h); 0 = never */
 	char *fuse_opts;      /* generic mount options passed to libfuse (comma list) */
 };
 
@@ -451,6 +452,21 @@ int ovl_metacopy_claim_fill(struct ovl_node *n, off_t size, bool charged, struct
 int ovl_metacopy_run_fill(struct ovl_node *n, struct ovl_fill *f);
 void ovl_metacopy_wait_fill(struct ovl_node *n);
 
+/*
+ * What a copy of data into an upper file must leave as it was: mode,
+ * times, security.capability (a write changes or drops them).
+ * ovl_keep_save() reads them from @fd, ovl_keep_restore() puts them back
+ * and frees @k (after a failed save, it only frees). Both return 0 or -errno.
+ */
+struct ovl_keep {
+	struct stat st;
+	void *caps;
+	ssize_t ncaps;
+	bool saved; /* else ovl_keep_restore() only frees */
+};
+int ovl_keep_save(int fd, struct ovl_keep *k);
+int ovl_keep_restore(int fd, struct ovl_keep *k);
+
 /* True when the upper metacopy @upper_fd names its data by an absolute redirect (it can move anywhere). */
 bool ovl_metacopy_is_movable(int upper_fd);
 
@@ -460,6 +476,11 @@ bool ovl_metacopy_is_movable(int upper_fd);
  * out as it is copied (the caller fdatasyncs next). Returns 0 or -errno.
  */
 int ovl_copy_data(int src_fd, int dst_fd, off_t size, bool sparse, bool writeback);
+/*
+ * Copies [@pos, @end) of @src_fd into @dst_fd at the same offsets (less if
+ * the source is shorter; @sparse: its holes skipped). Returns 0 or -errno.
+ */
+int ovl_copy_range(int src_fd, int dst_fd, off_t pos, off_t end, bool sparse);
 
 /* Marks the upper dir @fd as holding entries with origin records (for d_ino in readdir). Best effort. */
 void ovl_mark_impure(int fd);

@@ -198,9 +198,10 @@ int ovl_pt_open(struct ovl_node *n, int fd, bool write, struct ovl_fh *fh)
 			goto out;
 		}
 		/* Writes always come to us (see the top of this file); so do reads of a newer object. */
-		fh->mode = same && !write ? OVL_IO_PT : OVL_IO_PT_DIRECT;
+		fh->mode = same && !write && !fh->bf ? OVL_IO_PT : OVL_IO_PT_DIRECT;
 		fh->backing_id = o->backing_id;
-	} else if (!write && (lower_ok || !fh->lower)) {
+	} else if (!write && (lower_ok || !fh->lower) && !fh->bf) {
+		/* (A file being filled in the background has chunks only we can read: cached mode.) */
 		int id = backing_open(fd);
 
 		if (id > 0) {

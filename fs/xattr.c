@@ -14,6 +14,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "bgfill.h"
 #include "macro.h"
 #include "ops.h"
 #include "ovl.h"
@@ -162,7 +163,17 @@ void ovl_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const cha
 	r = ovl_copy_up(n);
 	if (r >= 0) {
 		fd = ovl_node_upper_dup(n);
-		r = fd < 0 ? fd : ovl_fsetxattr(fd, name, value, size, flags);
+		if (fd < 0) {
+			r = fd;
+		} else {
+			/* Under a background fill's lock: its copy drops security.capability and puts back what it saw. */
+			struct ovl_bgfill *bf = ovl_bgfill_get(fd);
+
+			ovl_bgfill_lock(bf);
+			r = ovl_fsetxattr(fd, name, value, size, flags);
+			ovl_bgfill_unlock(bf);
+			ovl_bgfill_put(bf);
+		}
 	}
 	ovl_mutate_end();
 	fuse_reply_err(req, -r);
@@ -202,7 +213,16 @@ void ovl_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	r = ovl_copy_up(n);
 	if (r >= 0) {
 		fd = ovl_node_upper_dup(n);
-		r = fd < 0 ? fd : ovl_fremovexattr(fd, name);
+		if (fd < 0) {
+			r = fd;
+		} else {
+			struct ovl_bgfill *bf = ovl_bgfill_get(fd);
+
+			ovl_bgfill_lock(bf);
+			r = ovl_fremovexattr(fd, name);
+			ovl_bgfill_unlock(bf);
+			ovl_bgfill_put(bf);
+		}
 	}
 	ovl_mutate_end();
 	fuse_reply_err(req, -r);

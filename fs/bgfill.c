@@ -1,0 +1,468 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * Background data copy-up (bgfill.h): the registry of files being filled,
+ * keyed by upper inode, and the thread that fills them. A file's chunk
+ * map, fill end and error are under its own lock; the registry list,
+ * the reference counts and each file's "done" under the registry lock.
+ * The registry holds one reference to each file while it is listed.
+ * A file's lock may be held when the registry lock is taken, never the
+ * other way round (a file's error is atomic for that reason).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bgfill.h"
+#include "finalize.h"
+#include "log.h"
+#include "macro.h"
+#include "metacopy.h"
+#include "ovl.h"
+
+/* The smallest chunk; a file of more than MAX_CHUNKS of them gets bigger ones. */
+#define MIN_CHUNK ((off_t)4 << 20)
+#define MAX_CHUNKS 16384
+/* Fills running at once (two fds each); past it a copy-up copies its data at once. */
+#define MAX_FILLS 64
+
+struct ovl_bgfill {
+	struct ovl_bgfill *next; /* registry lock */
+	unsigned refs;           /* registry lock */
+	bool done;               /* registry lock: filled and left the registry */
+	dev_t dev;
+	ino_t ino;
+	int ufd, lfd;            /* the upper file (writable) and its data below */
+	pthread_mutex_t lock;
+	off_t end;               /* lock: the data below ends here for this file */
+	off_t chunk;             /* bytes per chunk, a power of two */
+	size_t nchunks;          /* covering the first fill end */
+	bool sparse;             /* the data below has holes: they are kept */
+	size_t left;             /* lock: chunks below @end not copied */
+	size_t scan;             /* lock: where the thread looks for the next one */
+	atomic_int err;          /* set under lock: the copy failed; chunks not copied cannot be read */
+	uint8_t map[];           /* lock: a bit per chunk, set once copied */
+};
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t work, done;
+	struct ovl_bgfill *head;
+	unsigned n;
+	atomic_uint listed; /* n, read without the lock for the fast path */
+	bool running, stop;
+	unsigned pace_ms; /* DRAFTFS_BGFILL_PACE_MS: the thread sleeps this long after each chunk (tests) */
+	pthread_t thread;
+} G = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.work = PTHREAD_COND_INITIALIZER,
+	.done = PTHREAD_COND_INITIALIZER,
+};
+
+static bool chunk_done(const struct ovl_bgfill *bf, size_t c)
+{
+	return bf->map[c / 8] & (1u << (c % 8));
+}
+
+/* Copies chunk @c in if it is below the fill end and not in yet. With bf->lock held. */
+static int fill_chunk(struct ovl_bgfill *bf, size_t c)
+{
+	off_t from = (off_t)c * bf->chunk, to = MIN(from + bf->chunk, bf->end);
+	struct ovl_keep k;
+	int r, q;
+
+	if (c >= bf->nchunks || from >= bf->end || chunk_done(bf, c))
+		return 0;
+	r = atomic_load(&bf->err);
+	if (r < 0)
+		return r;
+	r = ovl_keep_save(bf->ufd, &k);
+	if (r >= 0)
+		r = ovl_copy_range(bf->lfd, bf->ufd, from, to, bf->sparse);
+	/* The copy must not show: the file keeps its times, mode and capabilities. */
+	q = ovl_keep_restore(bf->ufd, &k);
+	if (r >= 0)
+		r = q;
+	if (r < 0) {
+		atomic_store(&bf->err, r);
+		return r;
+	}
+	bf->map[c / 8] |= (uint8_t)(1u << (c % 8));
+	bf->left--;
+	return 0;
+}
+
+static struct ovl_bgfill *find(dev_t dev, ino_t ino)
+{
+	for (struct ovl_bgfill *bf = G.head; bf; bf = bf->next)
+		if (bf->ino == ino && bf->dev == dev)
+			return bf;
+	return NULL;
+}
+
+static void put_locked(struct ovl_bgfill *bf)
+{
+	if (--bf->refs > 0)
+		return;
+	close(bf->ufd);
+	close(bf->lfd);
+	ovl_fds_account(-2);
+	pthread_mutex_destroy(&bf->lock);
+	free(bf);
+}
+
+void ovl_bgfill_put(struct ovl_bgfill *bf)
+{
+	if (!bf)
+		return;
+	pthread_mutex_lock(&G.lock);
+	put_locked(bf);
+	pthread_mutex_unlock(&G.lock);
+}
+
+/* Takes @bf out of the registry (registry lock held). */
+static void unlist(struct ovl_bgfill *bf)
+{
+	for (struct ovl_bgfill **p = &G.head; *p; p = &(*p)->next)
+		if (*p == bf) {
+			*p = bf->next;
+			G.n--;
+			atomic_store(&G.listed, G.n);
+			bf->done = true;
+			pthread_cond_broadcast(&G.done);
+			put_locked(bf);
+			return;
+		}
+}
+
+/* Every chunk is in: mark the file and hand it to the finalizer (or finalize it now), then unlist it. */
+static void finish(struct ovl_bgfill *bf)
+{
+	int r;
+
+	r = ovl_finalize_defer(bf->ufd);
+	if (r < 0)
+		r = ovl_metacopy_make_plain(bf->ufd, ovl_fs->opt->fsync);
+	if (r < 0) {
+		/* Its data is all in: the view is right, only the file on disk stays a metacopy. */
+		log_error_errno(r, "cannot finalize a file copied up in the background: it stays a metacopy on disk");
+	}
+	pthread_mutex_lock(&G.lock);
+	unlist(bf);
+	pthread_mutex_unlock(&G.lock);
+}
+
+/* The first listed fill that has not failed, with a reference, or NULL (registry lock held). */
+static struct ovl_bgfill *next_work(void)
+{
+	for (struct ovl_bgfill *bf = G.head; bf; bf = bf->next)
+		if (!atomic_load(&bf->err)) {
+			bf->refs++;
+			return bf;
+		}
+	return NULL;
+}
+
+/* True if nothing but the registry and the thread refer to the file and it has no name left: nobody can read it. */
+static bool orphaned(struct ovl_bgfill *bf)
+{
+	struct stat st;
+	bool r;
+
+	if (fstat(bf->ufd, &st) < 0 || st.st_nlink > 0)
+		return false;
+	pthread_mutex_lock(&G.lock);
+	r = bf->refs == 2;
+	if (r)
+		unlist(bf);
+	pthread_mutex_unlock(&G.lock);
+	return r;
+}
+
+static void run_one(struct ovl_bgfill *bf)
+{
+	for (;;) {
+		int r = 0;
+
+		pthread_mutex_lock(&bf->lock);
+		if (bf->left == 0) {
+			pthread_mutex_unlock(&bf->lock);
+			finish(bf);
+			return;
+		}
+		while (bf->scan < bf->nchunks && ((off_t)bf->scan * bf->chunk >= bf->end || chunk_done(bf, bf->scan)))
+			bf->scan++;
+		if (bf->scan < bf->nchunks)
+			r = fill_chunk(bf, bf->scan);
+		else
+			bf->left = 0; /* cannot be: every chunk below the end is in */
+		pthread_mutex_unlock(&bf->lock);
+		if (r < 0) {
+			log_error_errno(r, "cannot copy a file up in the background: its data not copied yet cannot be "
+			                   "read, and it stays a metacopy on disk");
+			pthread_mutex_lock(&G.lock);
+			pthread_cond_broadcast(&G.done); /* waiters for it see the error */
+			pthread_mutex_unlock(&G.lock);
+			return;
+		}
+		if (orphaned(bf))
+			return;
+		if (G.pace_ms)
+			(void)nanosleep(&(struct timespec){ .tv_sec = G.pace_ms / 1000,
+			                                    .tv_nsec = (long)(G.pace_ms % 1000) * 1000000L }, NULL);
+	}
+}
+
+static void *fill_thread(void *userdata)
+{
+	(void)userdata;
+	pthread_mutex_lock(&G.lock);
+	for (;;) {
+		struct ovl_bgfill *bf = next_work();
+
+		if (bf) {
+			pthread_mutex_unlock(&G.lock);
+			run_one(bf);
+			pthread_mutex_lock(&G.lock);
+			put_locked(bf);
+			continue;
+		}
+		if (G.stop)
+			break;
+		pthread_cond_wait(&G.work, &G.lock);
+	}
+	pthread_mutex_unlock(&G.lock);
+	return NULL;
+}
+
+int ovl_bgfill_start(void)
+{
+	const char *pace = getenv("DRAFTFS_BGFILL_PACE_MS");
+	int r;
+
+	G.pace_ms = pace ? (unsigned)strtoul(pace, NULL, 10) : 0;
+	G.stop = false;
+	r = -pthread_create(&G.thread, NULL, fill_thread, NULL);
+	if (r == 0)
+		G.running = true;
+	return r;
+}
+
+void ovl_bgfill_stop(void)
+{
+	if (!G.running)
+		return;
+	pthread_mutex_lock(&G.lock);
+	G.stop = true;
+	pthread_cond_signal(&G.work);
+	pthread_mutex_unlock(&G.lock);
+	pthread_join(G.thread, NULL); /* after it has filled every file it could */
+	G.running = false;
+	pthread_mutex_lock(&G.lock);
+	while (G.head)
+		unlist(G.head); /* the failed ones: metacopies on disk */
+	pthread_mutex_unlock(&G.lock);
+}
+
+bool ovl_bgfill_wanted(off_t size)
+{
+	uint64_t min = ovl_fs->opt->bgfill;
+
+	return min && size > 0 && (uint64_t)size >= min && G.running && !G.stop && ovl_finalize_enabled();
+}
+
+int ovl_bgfill_begin(int ufd, int lfd, off_t size)
+{
+	struct ovl_bgfill *bf;
+	struct stat ust, lst;
+	off_t end, chunk = MIN_CHUNK;
+	size_t n;
+	int u, l, r;
+
+	if (fstat(ufd, &ust) < 0 || fstat(lfd, &lst) < 0)
+		return -errno;
+	if (size >= 0 && size != ust.st_size) {
+		struct ovl_keep k;
+		int q;
+
+		r = ovl_keep_save(ufd, &k);
+		if (r >= 0 && ftruncate(ufd, size) < 0)
+			r = -errno;
+		q = ovl_keep_restore(ufd, &k);
+		if (r < 0 || q < 0)
+			return r < 0 ? r : q;
+	}
+	end = MIN(size >= 0 ? size : ust.st_size, lst.st_size);
+	while ((end + chunk - 1) / chunk > MAX_CHUNKS)
+		chunk *= 2;
+	n = (size_t)((end + chunk - 1) / chunk);
+	bf = calloc(1, sizeof(*bf) + (n + 7) / 8);
+	if (!bf)
+		return -ENOMEM;
+	u = fcntl(ufd, F_DUPFD_CLOEXEC, 3);
+	l = u < 0 ? -1 : fcntl(lfd, F_DUPFD_CLOEXEC, 3);
+	if (l < 0) {
+		r = -errno;
+		safe_close(u);
+		free(bf);
+		return r;
+	}
+	ovl_fds_account(2);
+	*bf = (struct ovl_bgfill){ .refs = 1, .dev = ust.st_dev, .ino = ust.st_ino, .ufd = u, .lfd = l, .end = end,
+	                           .chunk = chunk, .nchunks = n, .left = n,
+	                           /* holes kept where the file has no blocks of its own to overwrite (fs/copyup-meta.c) */
+	                           .sparse = (off_t)lst.st_blocks * 512 < lst.st_size && ust.st_blocks * 512 <= 8192 };
+	pthread_mutex_init(&bf->lock, NULL);
+
+	pthread_mutex_lock(&G.lock);
+	if (G.n >= MAX_FILLS || G.stop || find(bf->dev, bf->ino)) {
+		pthread_mutex_unlock(&G.lock);
+		put_locked(bf); /* no other reference: needs no lock */
+		return -EAGAIN;
+	}
+	bf->next = NULL;
+	for (struct ovl_bgfill **p = &G.head;; p = &(*p)->next)
+		if (!*p) {
+			*p = bf;
+			break;
+		}
+	G.n++;
+	atomic_store(&G.listed, G.n);
+	pthread_cond_signal(&G.work);
+	pthread_mutex_unlock(&G.lock);
+	return 0;
+}
+
+struct ovl_bgfill *ovl_bgfill_get(int fd)
+{
+	struct ovl_bgfill *bf;
+	struct stat st;
+
+	if (atomic_load(&G.listed) == 0 || fstat(fd, &st) < 0)
+		return NULL;
+	pthread_mutex_lock(&G.lock);
+	bf = find(st.st_dev, st.st_ino);
+	if (bf)
+		bf->refs++;
+	pthread_mutex_unlock(&G.lock);
+	return bf;
+}
+
+bool ovl_bgfill_holds(int fd)
+{
+	struct ovl_bgfill *bf = ovl_bgfill_get(fd);
+
+	ovl_bgfill_put(bf);
+	return bf != NULL;
+}
+
+void ovl_bgfill_lock(struct ovl_bgfill *bf)
+{
+	if (bf)
+		pthread_mutex_lock(&bf->lock);
+}
+
+void ovl_bgfill_unlock(struct ovl_bgfill *bf)
+{
+	if (bf)
+		pthread_mutex_unlock(&bf->lock);
+}
+
+int ovl_bgfill_ensure_locked(struct ovl_bgfill *bf, off_t off, off_t len)
+{
+	size_t first, last;
+
+	if (!bf || bf->left == 0 || off < 0 || len <= 0 || off >= bf->end)
+		return 0;
+	first = (size_t)(off / bf->chunk);
+	last = (size_t)((MIN(off + len, bf->end) - 1) / bf->chunk);
+	for (size_t c = first; c <= last; c++) {
+		int r = fill_chunk(bf, c);
+
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+int ovl_bgfill_ensure(struct ovl_bgfill *bf, off_t off, off_t len)
+{
+	int r;
+
+	if (!bf)
+		return 0;
+	pthread_mutex_lock(&bf->lock);
+	r = ovl_bgfill_ensure_locked(bf, off, len);
+	pthread_mutex_unlock(&bf->lock);
+	return r;
+}
+
+int ovl_bgfill_truncate_locked(struct ovl_bgfill *bf, int fd, off_t size)
+{
+	if (size < bf->end) {
+		/* The part of the chunk @size cuts that stays must hold its data. */
+		int r = size % bf->chunk ? fill_chunk(bf, (size_t)(size / bf->chunk)) : 0;
+
+		if (r < 0)
+			return r;
+		bf->end = size;
+		bf->left = 0;
+		for (size_t c = 0; c < bf->nchunks && (off_t)c * bf->chunk < size; c++)
+			bf->left += !chunk_done(bf, c);
+	}
+	if (ftruncate(fd, size) < 0)
+		return -errno;
+	if (bf->left == 0) {
+		pthread_mutex_lock(&G.lock);
+		pthread_cond_signal(&G.work); /* nothing left to copy: the thread finishes it */
+		pthread_mutex_unlock(&G.lock);
+	}
+	return 0;
+}
+
+int ovl_bgfill_wait(struct ovl_bgfill *bf)
+{
+	int err = 0;
+
+	if (!bf)
+		return 0;
+	pthread_mutex_lock(&G.lock);
+	for (;;) {
+		if (bf->done)
+			break;
+		err = atomic_load(&bf->err);
+		if (err)
+			break;
+		pthread_cond_wait(&G.done, &G.lock);
+	}
+	pthread_mutex_unlock(&G.lock);
+	return err;
+}
+
+int ovl_bgfill_wait_fd(int fd)
+{
+	struct ovl_bgfill *bf = ovl_bgfill_get(fd);
+	int r = ovl_bgfill_wait(bf);
+
+	ovl_bgfill_put(bf);
+	return r;
+}
+
+void ovl_bgfill_flush(void)
+{
+	pthread_mutex_lock(&G.lock);
+	for (;;) {
+		struct ovl_bgfill *bf = next_work();
+
+		if (!bf)
+			break;
+		put_locked(bf);
+		pthread_cond_wait(&G.done, &G.lock);
+	}
+	pthread_mutex_unlock(&G.lock);
+}
