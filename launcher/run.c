@@ -327,6 +327,9 @@ static int mount_view(struct run_state *s)
 	return 0;
 }
 
+/* How long draftfs may take to exit after the unmount (its background copies of big files end first). */
+#define DRAFTFS_EXIT_MS 300000
+
 static void unmount_view(struct run_state *s)
 {
 	if (s->view && !s->c->keep) {
@@ -334,16 +337,29 @@ static void unmount_view(struct run_state *s)
 			(void)umount2(s->view, MNT_DETACH);
 	}
 	if (s->draftfs_pid > 0) {
-		double deadline = now_ms() + 5000;
+		/*
+		 * Unmounted, draftfs finishes its background copy-ups and syncs
+		 * (fs/bgfill.h): give it time. Still there after 5 s (a detached
+		 * mount something holds), SIGTERM ends its loop, which finishes
+		 * them too; SIGKILL, which would leave the files copied in the
+		 * background as they were below, only after DRAFTFS_EXIT_MS.
+		 */
+		double start = now_ms();
+		bool termed = false;
 		int st;
 
 		while (waitpid(s->draftfs_pid, &st, WNOHANG) == 0) {
-			if (now_ms() > deadline) {
+			if (!termed && now_ms() > start + 5000) {
+				kill(s->draftfs_pid, SIGTERM);
+				termed = true;
+			}
+			if (now_ms() > start + DRAFTFS_EXIT_MS) {
+				log_warning("draftfs did not exit %d s after the unmount: killed", DRAFTFS_EXIT_MS / 1000);
 				kill(s->draftfs_pid, SIGKILL);
 				waitpid(s->draftfs_pid, &st, 0);
 				break;
 			}
-			usleep(1000);
+			usleep(termed ? 20000 : 1000);
 		}
 		s->draftfs_pid = 0;
 	}
