@@ -222,7 +222,7 @@ def main():
         "scale": scale, "reps": reps, "manifest": man,
         "impls": [i.name for i in all_impls], "labels": {i.name: i.label for i in all_impls},
         "unavailable": unavailable,
-        "workloads": [{"name": w.name, "phases": w.phase_names, "desc": w.desc} for w in wls],
+        "workloads": [{"name": w.name, "phases": w.phase_names, "desc": w.desc, "extra": w.extra} for w in wls],
         "times": {}, "cpu": {}, "errors": [], "load": [list(load0)],
     }
     phases = [p for w in wls for p in w.phase_names]

@@ -7,6 +7,14 @@
  * The registry holds one reference to each file while it is listed.
  * A file's lock may be held when the registry lock is taken, never the
  * other way round (a file's error is atomic for that reason).
+ *
+ * The thread copies a chunk without the file's lock (marked busy, so a
+ * request that reaches that chunk, or truncates, waits for it): requests
+ * elsewhere in the file, an append past the fill's end, do not wait for
+ * the disk. A chunk a request reaches is copied by that request, under
+ * the lock. After each copy the file's times, mode and capabilities are
+ * put back to what the view last made them (@shown: read at the start,
+ * and again after each change through the view, under the lock).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +39,7 @@
 #define MAX_CHUNKS 16384
 /* Fills running at once (two fds each); past it a copy-up copies its data at once. */
 #define MAX_FILLS 64
+#define NO_CHUNK SIZE_MAX
 
 struct ovl_bgfill {
 	struct ovl_bgfill *next; /* registry lock */
@@ -45,6 +55,9 @@ struct ovl_bgfill {
 	bool sparse;             /* the data below has holes: they are kept */
 	size_t left;             /* lock: chunks below @end not copied */
 	size_t scan;             /* lock: where the thread looks for the next one */
+	size_t busy;             /* lock: the chunk the thread is copying, or NO_CHUNK */
+	pthread_cond_t idle;     /* lock: @busy was cleared */
+	struct ovl_keep shown;   /* lock: times, mode and capabilities as the view made them */
 	atomic_int err;          /* set under lock: the copy failed; chunks not copied cannot be read */
 	uint8_t map[];           /* lock: a bit per chunk, set once copied */
 };
@@ -69,32 +82,54 @@ static bool chunk_done(const struct ovl_bgfill *bf, size_t c)
 	return bf->map[c / 8] & (1u << (c % 8));
 }
 
-/* Copies chunk @c in if it is below the fill end and not in yet. With bf->lock held. */
-static int fill_chunk(struct ovl_bgfill *bf, size_t c)
+static void chunk_mark(struct ovl_bgfill *bf, size_t c)
 {
-	off_t from = (off_t)c * bf->chunk, to = MIN(from + bf->chunk, bf->end);
-	struct ovl_keep k;
-	int r, q;
+	bf->map[c / 8] |= (uint8_t)(1u << (c % 8));
+	bf->left--;
+}
 
-	if (c >= bf->nchunks || from >= bf->end || chunk_done(bf, c))
-		return 0;
-	r = atomic_load(&bf->err);
-	if (r < 0)
-		return r;
-	r = ovl_keep_save(bf->ufd, &k);
-	if (r >= 0)
-		r = ovl_copy_range(bf->lfd, bf->ufd, from, to, bf->sparse);
-	/* The copy must not show: the file keeps its times, mode and capabilities. */
-	q = ovl_keep_restore(bf->ufd, &k);
+/* Copies chunk @c, which must be below the fill end; puts back what the view shows (bf->lock held after). */
+static int chunk_copy(struct ovl_bgfill *bf, size_t c, off_t end)
+{
+	off_t from = (off_t)c * bf->chunk;
+
+	return ovl_copy_range(bf->lfd, bf->ufd, from, MIN(from + bf->chunk, end), bf->sparse);
+}
+
+/* After a copy: the error, or the chunk marked in; the file's times, mode and capabilities put back. Lock held. */
+static int chunk_done_copy(struct ovl_bgfill *bf, size_t c, int r)
+{
+	int q = ovl_keep_apply(bf->ufd, &bf->shown);
+
 	if (r >= 0)
 		r = q;
 	if (r < 0) {
 		atomic_store(&bf->err, r);
 		return r;
 	}
-	bf->map[c / 8] |= (uint8_t)(1u << (c % 8));
-	bf->left--;
+	chunk_mark(bf, c);
 	return 0;
+}
+
+static void wait_idle(struct ovl_bgfill *bf)
+{
+	while (bf->busy != NO_CHUNK)
+		pthread_cond_wait(&bf->idle, &bf->lock);
+}
+
+/* Copies chunk @c in, under bf->lock, if it is below the fill end and not in yet. */
+static int fill_chunk(struct ovl_bgfill *bf, size_t c)
+{
+	int r;
+
+	while (bf->busy == c)
+		pthread_cond_wait(&bf->idle, &bf->lock);
+	if (c >= bf->nchunks || (off_t)c * bf->chunk >= bf->end || chunk_done(bf, c))
+		return 0;
+	r = atomic_load(&bf->err);
+	if (r < 0)
+		return r;
+	return chunk_done_copy(bf, c, chunk_copy(bf, c, bf->end));
 }
 
 static struct ovl_bgfill *find(dev_t dev, ino_t ino)
@@ -112,6 +147,8 @@ static void put_locked(struct ovl_bgfill *bf)
 	close(bf->ufd);
 	close(bf->lfd);
 	ovl_fds_account(-2);
+	free(bf->shown.caps);
+	pthread_cond_destroy(&bf->idle);
 	pthread_mutex_destroy(&bf->lock);
 	free(bf);
 }
@@ -187,20 +224,26 @@ static bool orphaned(struct ovl_bgfill *bf)
 static void run_one(struct ovl_bgfill *bf)
 {
 	for (;;) {
-		int r = 0;
+		size_t c;
+		off_t end;
+		int r;
 
 		pthread_mutex_lock(&bf->lock);
-		if (bf->left == 0) {
+		while (bf->scan < bf->nchunks && ((off_t)bf->scan * bf->chunk >= bf->end || chunk_done(bf, bf->scan)))
+			bf->scan++;
+		if (bf->left == 0 || bf->scan >= bf->nchunks) {
 			pthread_mutex_unlock(&bf->lock);
 			finish(bf);
 			return;
 		}
-		while (bf->scan < bf->nchunks && ((off_t)bf->scan * bf->chunk >= bf->end || chunk_done(bf, bf->scan)))
-			bf->scan++;
-		if (bf->scan < bf->nchunks)
-			r = fill_chunk(bf, bf->scan);
-		else
-			bf->left = 0; /* cannot be: every chunk below the end is in */
+		c = bf->busy = bf->scan;
+		end = bf->end; /* a truncate waits for the copy: the end stays */
+		pthread_mutex_unlock(&bf->lock);
+		r = chunk_copy(bf, c, end);
+		pthread_mutex_lock(&bf->lock);
+		r = chunk_done_copy(bf, c, r);
+		bf->busy = NO_CHUNK;
+		pthread_cond_broadcast(&bf->idle);
 		pthread_mutex_unlock(&bf->lock);
 		if (r < 0) {
 			log_error_errno(r, "cannot copy a file up in the background: its data not copied yet cannot be "
@@ -316,8 +359,15 @@ int ovl_bgfill_begin(int ufd, int lfd, off_t size)
 	*bf = (struct ovl_bgfill){ .refs = 1, .dev = ust.st_dev, .ino = ust.st_ino, .ufd = u, .lfd = l, .end = end,
 	                           .chunk = chunk, .nchunks = n, .left = n,
 	                           /* holes kept where the file has no blocks of its own to overwrite (fs/copyup-meta.c) */
-	                           .sparse = (off_t)lst.st_blocks * 512 < lst.st_size && ust.st_blocks * 512 <= 8192 };
+	                           .sparse = (off_t)lst.st_blocks * 512 < lst.st_size && ust.st_blocks * 512 <= 8192,
+	                           .busy = NO_CHUNK };
 	pthread_mutex_init(&bf->lock, NULL);
+	pthread_cond_init(&bf->idle, NULL);
+	r = ovl_keep_save(u, &bf->shown);
+	if (r < 0) {
+		put_locked(bf); /* no other reference: needs no lock */
+		return r;
+	}
 
 	pthread_mutex_lock(&G.lock);
 	if (G.n >= MAX_FILLS || G.stop || find(bf->dev, bf->ino)) {
@@ -373,6 +423,65 @@ void ovl_bgfill_unlock(struct ovl_bgfill *bf)
 		pthread_mutex_unlock(&bf->lock);
 }
 
+/*
+ * What a change through the view made of the file, for the copy to put
+ * back. Read from the file where a concurrent copy cannot have changed it
+ * (the mode: we copy as root, with CAP_FSETID); taken from the request
+ * where it could (explicit times, capabilities).
+ */
+static void shown_drop_caps(struct ovl_bgfill *bf)
+{
+	free(bf->shown.caps);
+	bf->shown.caps = NULL;
+	bf->shown.ncaps = 0;
+}
+
+void ovl_bgfill_note_data(struct ovl_bgfill *bf)
+{
+	struct stat st;
+
+	if (!bf || fstat(bf->ufd, &st) < 0)
+		return;
+	/* A write, a truncate: the times are now's, security.capability is gone (the kernel drops it). */
+	bf->shown.st.st_mode = st.st_mode;
+	bf->shown.st.st_mtim = st.st_mtim;
+	shown_drop_caps(bf);
+}
+
+void ovl_bgfill_note_attr(struct ovl_bgfill *bf, const struct timespec ts[2], bool chown)
+{
+	struct timespec *to[2] = { &bf->shown.st.st_atim, &bf->shown.st.st_mtim };
+	struct stat st;
+
+	if (!bf || fstat(bf->ufd, &st) < 0)
+		return;
+	bf->shown.st.st_mode = st.st_mode;
+	for (int i = 0; ts && i < 2; i++) {
+		if (ts[i].tv_nsec == UTIME_NOW)
+			*to[i] = i ? st.st_mtim : st.st_atim;
+		else if (ts[i].tv_nsec != UTIME_OMIT)
+			*to[i] = ts[i];
+	}
+	if (chown)
+		shown_drop_caps(bf); /* a chown drops security.capability */
+}
+
+void ovl_bgfill_note_caps(struct ovl_bgfill *bf, const void *value, size_t size, bool removed)
+{
+	void *v = NULL;
+
+	if (!bf)
+		return;
+	if (!removed && (!size || !(v = malloc(size))))
+		return;
+	shown_drop_caps(bf);
+	if (v) {
+		memcpy(v, value, size);
+		bf->shown.caps = v;
+		bf->shown.ncaps = (ssize_t)size;
+	}
+}
+
 int ovl_bgfill_ensure_locked(struct ovl_bgfill *bf, off_t off, off_t len)
 {
 	size_t first, last;
@@ -404,6 +513,7 @@ int ovl_bgfill_ensure(struct ovl_bgfill *bf, off_t off, off_t len)
 
 int ovl_bgfill_truncate_locked(struct ovl_bgfill *bf, int fd, off_t size)
 {
+	wait_idle(bf); /* a copy running past @size would bring the data back */
 	if (size < bf->end) {
 		/* The part of the chunk @size cuts that stays must hold its data. */
 		int r = size % bf->chunk ? fill_chunk(bf, (size_t)(size / bf->chunk)) : 0;
@@ -417,6 +527,7 @@ int ovl_bgfill_truncate_locked(struct ovl_bgfill *bf, int fd, off_t size)
 	}
 	if (ftruncate(fd, size) < 0)
 		return -errno;
+	ovl_bgfill_note_data(bf);
 	if (bf->left == 0) {
 		pthread_mutex_lock(&G.lock);
 		pthread_cond_signal(&G.work); /* nothing left to copy: the thread finishes it */

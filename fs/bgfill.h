@@ -27,6 +27,7 @@
 
 #include <stdbool.h>
 #include <sys/types.h>
+#include <time.h>
 
 struct ovl_bgfill;
 
@@ -54,17 +55,23 @@ void ovl_bgfill_put(struct ovl_bgfill *bf);
 
 /*
  * Held around a change to the file through the view (a write, a
- * truncate, times): the copy thread restores the file's times after each
- * chunk it copies, and must not do that across a change. @bf may be NULL.
+ * truncate, setattr, capabilities). The copy puts the file's times, mode
+ * and security.capability back after each chunk: a change tells it, with
+ * the lock held, what they are now (a write or truncate: note_data; a
+ * setattr: note_attr, with the times it set, or NULL; security.capability
+ * set or removed: note_caps). @bf may be NULL.
  */
 void ovl_bgfill_lock(struct ovl_bgfill *bf);
 void ovl_bgfill_unlock(struct ovl_bgfill *bf);
+void ovl_bgfill_note_data(struct ovl_bgfill *bf);
+void ovl_bgfill_note_attr(struct ovl_bgfill *bf, const struct timespec ts[2], bool chown);
+void ovl_bgfill_note_caps(struct ovl_bgfill *bf, const void *value, size_t size, bool removed);
 
 /* Copies in the chunks of [@off, @off + @len) not copied yet; with the lock held, or not. Return 0 or -errno. */
 int ovl_bgfill_ensure_locked(struct ovl_bgfill *bf, off_t off, off_t len);
 int ovl_bgfill_ensure(struct ovl_bgfill *bf, off_t off, off_t len);
 
-/* Truncates the file to @size through the writable @fd, with the lock held: the fill then ends at @size. */
+/* Truncates the file to @size through the writable @fd, with the lock held: the fill then ends at @size (note_data included). */
 int ovl_bgfill_truncate_locked(struct ovl_bgfill *bf, int fd, off_t size);
 
 /* Waits for the whole fill (@bf, or the one of the upper file @fd, if any). Return 0 or -errno (the copy failed). */

@@ -51,14 +51,18 @@ int ovl_keep_save(int fd, struct ovl_keep *k)
 
 int ovl_keep_restore(int fd, struct ovl_keep *k)
 {
+	int r = k->saved ? ovl_keep_apply(fd, k) : 0;
+
+	free(k->caps);
+	k->caps = NULL;
+	return r;
+}
+
+int ovl_keep_apply(int fd, const struct ovl_keep *k)
+{
 	struct stat now;
 	int r = 0;
 
-	if (!k->saved) {
-		free(k->caps);
-		k->caps = NULL;
-		return 0;
-	}
 	/* A write drops security.capability, and the set-id bits without CAP_FSETID: put them back. */
 	if (k->ncaps > 0 && fsetxattr(fd, XATTR_CAPS, k->caps, (size_t)k->ncaps, 0) < 0)
 		r = -errno;
@@ -67,8 +71,6 @@ int ovl_keep_restore(int fd, struct ovl_keep *k)
 		r = -errno;
 	if (r >= 0 && futimens(fd, (struct timespec[2]){ k->st.st_atim, k->st.st_mtim }) < 0)
 		r = -errno;
-	free(k->caps);
-	k->caps = NULL;
 	return r;
 }
 

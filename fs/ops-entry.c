@@ -323,6 +323,16 @@ static int do_setattr(struct ovl_node *n, struct stat *attr, int to_set, struct 
 
 		ovl_bgfill_lock(bf);
 		r = setattr_fd(n, n->upper_fd, hfd, bf, attr, to_set);
+		if (r >= 0 && bf) {
+			struct timespec ts[2] = {
+				to_set & FUSE_SET_ATTR_ATIME_NOW ? (struct timespec){ .tv_nsec = UTIME_NOW }
+				: to_set & FUSE_SET_ATTR_ATIME ? attr->st_atim : (struct timespec){ .tv_nsec = UTIME_OMIT },
+				to_set & FUSE_SET_ATTR_MTIME_NOW ? (struct timespec){ .tv_nsec = UTIME_NOW }
+				: to_set & FUSE_SET_ATTR_MTIME ? attr->st_mtim : (struct timespec){ .tv_nsec = UTIME_OMIT },
+			};
+
+			ovl_bgfill_note_attr(bf, ts, to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID));
+		}
 		ovl_bgfill_unlock(bf);
 		ovl_bgfill_put(bf);
 	} else {

@@ -319,6 +319,8 @@ void ovl_op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in, of
 	r = ovl_bgfill_ensure_locked(bf, off, (off_t)out.buf[0].size);
 	if (r >= 0)
 		r = fuse_buf_copy(&out, in, 0);
+	if (r > 0)
+		ovl_bgfill_note_data(bf);
 	ovl_bgfill_unlock(bf);
 	ovl_mutate_end();
 	if (r < 0)
@@ -363,6 +365,8 @@ void ovl_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, of
 	r = -ovl_bgfill_ensure_locked(ovl_fh_bgfill(fi), offset, length);
 	if (r == 0)
 		r = fallocate(ovl_fh_fd(fi), mode, offset, length) < 0 ? errno : 0;
+	if (r == 0)
+		ovl_bgfill_note_data(ovl_fh_bgfill(fi));
 	ovl_bgfill_unlock(ovl_fh_bgfill(fi));
 	ovl_mutate_end();
 	fuse_reply_err(req, r);
@@ -386,6 +390,8 @@ void ovl_op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, str
 		n = copy_file_range(fd, &in, ovl_fh_fd(fi_out), &out, len, (unsigned)flags);
 		if (n < 0)
 			n = -errno;
+		else if (n > 0)
+			ovl_bgfill_note_data(bf);
 	}
 	ovl_bgfill_unlock(bf);
 	ovl_mutate_end();

@@ -456,7 +456,8 @@ void ovl_metacopy_wait_fill(struct ovl_node *n);
  * What a copy of data into an upper file must leave as it was: mode,
  * times, security.capability (a write changes or drops them).
  * ovl_keep_save() reads them from @fd, ovl_keep_restore() puts them back
- * and frees @k (after a failed save, it only frees). Both return 0 or -errno.
+ * and frees @k (after a failed save, it only frees); ovl_keep_apply() puts
+ * back a saved @k and keeps it. All return 0 or -errno.
  */
 struct ovl_keep {
 	struct stat st;
@@ -466,6 +467,7 @@ struct ovl_keep {
 };
 int ovl_keep_save(int fd, struct ovl_keep *k);
 int ovl_keep_restore(int fd, struct ovl_keep *k);
+int ovl_keep_apply(int fd, const struct ovl_keep *k);
 
 /* True when the upper metacopy @upper_fd names its data by an absolute redirect (it can move anywhere). */
 bool ovl_metacopy_is_movable(int upper_fd);

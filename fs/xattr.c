@@ -171,6 +171,8 @@ void ovl_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const cha
 
 			ovl_bgfill_lock(bf);
 			r = ovl_fsetxattr(fd, name, value, size, flags);
+			if (r >= 0 && strcmp(name, "security.capability") == 0)
+				ovl_bgfill_note_caps(bf, value, size, false);
 			ovl_bgfill_unlock(bf);
 			ovl_bgfill_put(bf);
 		}
@@ -220,6 +222,8 @@ void ovl_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 
 			ovl_bgfill_lock(bf);
 			r = ovl_fremovexattr(fd, name);
+			if (r >= 0 && strcmp(name, "security.capability") == 0)
+				ovl_bgfill_note_caps(bf, NULL, 0, true);
 			ovl_bgfill_unlock(bf);
 			ovl_bgfill_put(bf);
 		}
