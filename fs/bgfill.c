@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -68,6 +69,7 @@ static struct {
 	struct ovl_bgfill *head;
 	unsigned n;
 	atomic_uint listed; /* n, read without the lock for the fast path */
+	atomic_bool flagged, failed; /* the state dir's flag is up; a fill failed (the flag stays) */
 	bool running, stop;
 	unsigned pace_ms; /* DRAFTFS_BGFILL_PACE_MS: the thread sleeps this long after each chunk (tests) */
 	pthread_t thread;
@@ -248,6 +250,7 @@ static void run_one(struct ovl_bgfill *bf)
 		if (r < 0) {
 			log_error_errno(r, "cannot copy a file up in the background: its data not copied yet cannot be "
 			                   "read, and it stays a metacopy on disk");
+			atomic_store(&G.failed, true);
 			pthread_mutex_lock(&G.lock);
 			pthread_cond_broadcast(&G.done); /* waiters for it see the error */
 			pthread_mutex_unlock(&G.lock);
@@ -310,6 +313,24 @@ void ovl_bgfill_stop(void)
 	while (G.head)
 		unlist(G.head); /* the failed ones: metacopies on disk */
 	pthread_mutex_unlock(&G.lock);
+	/* Every fill finished (and marked for the finalizer): nothing for the next daemon to recover. */
+	if (atomic_load(&G.flagged) && !atomic_load(&G.failed) && unlinkat(ovl_fs->state_fd, OVL_BGFILL_FLAG, 0) < 0 &&
+	    errno != ENOENT)
+		log_warning_errno(-errno, "cannot remove the '%s' flag from the state dir", OVL_BGFILL_FLAG);
+}
+
+static int raise_flag(void)
+{
+	int fd;
+
+	if (atomic_load(&G.flagged))
+		return 0;
+	fd = openat(ovl_fs->state_fd, OVL_BGFILL_FLAG, O_CREAT | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	close(fd);
+	atomic_store(&G.flagged, true);
+	return 0;
 }
 
 bool ovl_bgfill_wanted(off_t size)
@@ -356,6 +377,17 @@ int ovl_bgfill_begin(int ufd, int lfd, off_t size)
 		return r;
 	}
 	ovl_fds_account(2);
+	/* Before anything is written to it: a daemon killed meanwhile leaves a file the next one recovers. */
+	r = raise_flag();
+	if (r >= 0 && fsetxattr(u, OVL_XATTR_BGFILL, ovl_boot_id(), OVL_BOOT_ID_LEN, 0) < 0)
+		r = -errno;
+	if (r < 0) {
+		close(u);
+		close(l);
+		ovl_fds_account(-2);
+		free(bf);
+		return r;
+	}
 	*bf = (struct ovl_bgfill){ .refs = 1, .dev = ust.st_dev, .ino = ust.st_ino, .ufd = u, .lfd = l, .end = end,
 	                           .chunk = chunk, .nchunks = n, .left = n,
 	                           /* holes kept where the file has no blocks of its own to overwrite (fs/copyup-meta.c) */

@@ -35,6 +35,20 @@ struct ovl_bgfill;
 int ovl_bgfill_start(void);
 void ovl_bgfill_stop(void);
 
+/*
+ * Before the mount: when the state dir says background fills may have been
+ * cut short (a daemon killed during one), fills each file left so, whole,
+ * from below, keeping its size (past the lower file's end, the page cache
+ * holds what the view wrote; within it, which chunks were in is not known,
+ * so the writes there are lost). Returns 0 or -errno.
+ */
+struct ovl_layers;
+int ovl_bgfill_recover(const struct ovl_layers *l, bool fsync);
+
+/* The state dir's flag: made before the first background fill, removed by a stop that finished them all. */
+#define OVL_BGFILL_FLAG "bgfill"
+
+
 /* True if a data copy-up of @size bytes goes to the background (bgfill= set, finalizer on, thread running). */
 bool ovl_bgfill_wanted(off_t size);
 

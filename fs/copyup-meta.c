@@ -105,7 +105,7 @@ int ovl_metacopy_fill(int fd, int data_fd, off_t size, bool writeback)
 
 int ovl_metacopy_make_plain(int fd, bool sync)
 {
-	static const char *const names[] = { OVL_XATTR_METACOPY, OVL_XATTR_MC_REDIRECT, OVL_XATTR_FILLED };
+	static const char *const names[] = { OVL_XATTR_METACOPY, OVL_XATTR_MC_REDIRECT, OVL_XATTR_FILLED, OVL_XATTR_BGFILL };
 
 	/* The data must be on disk before the file stops pointing below for it. */
 	if (sync && fdatasync(fd) < 0)

@@ -479,6 +479,12 @@ int ovl_daemon_main(int argc, char **argv)
 		log_error_errno(r, "cannot recover the interrupted commit in '%s'", opt.workdir);
 		goto out;
 	}
+	/* Before the quota scan: a recovered fill gives the file its bytes. */
+	r = ovl_bgfill_recover(&fs->layers, opt.fsync);
+	if (r < 0) {
+		log_error_errno(r, "cannot finish the background copy-ups an earlier daemon left in '%s'", opt.upperdir);
+		goto out;
+	}
 	r = ovl_quota_scan();
 	if (r < 0) {
 		log_error_errno(r, "cannot measure upperdir '%s' for the quota", opt.upperdir);

@@ -27,6 +27,8 @@
  * plain metacopy again (its data is below, as before the fill).
  */
 #define OVL_XATTR_FILLED "trusted.draftbox.filled"
+/* On a metacopy being filled in the background (fs/bgfill.h): this boot's id. */
+#define OVL_XATTR_BGFILL "trusted.draftbox.bgfill"
 #define OVL_BOOT_ID_LEN 36
 
 /* The longest redirect draftfs writes, '/' included: kernel overlayfs follows none longer (its redirect_max default). */

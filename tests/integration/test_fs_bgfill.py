@@ -16,7 +16,7 @@ import subprocess
 import threading
 import time
 
-from fsutil import draftfs_bin, fsenv, require_impl, write_file, xattr  # noqa: F401
+from fsutil import boot_id, draftfs_bin, fsenv, require_impl, write_file, xattr  # noqa: F401
 from fsutil import read_file as read
 
 MC = "trusted.overlay.metacopy"
@@ -224,22 +224,43 @@ def test_parallel_readers_and_a_writer(fsenv):
     assert not errors, "reads at %s differ" % errors[:5]
 
 
-def test_kill_during_the_copy_leaves_a_metacopy(fsenv):
-    """On disk the file stays a kernel metacopy until the copy ends: a kill leaves the lower data, never holes."""
+def test_kill_during_the_copy(fsenv):
+    """On disk the file stays a kernel metacopy until the copy ends; the next mount fills it whole from below
+    before it serves anything: what the view wrote past the lower file's end stays, writes within it are lost
+    (never synced), the file is never half copied."""
+    lower, m, v, up = mount_big(fsenv)
+    with open(v, "r+b") as f:
+        f.write(b"lost")
+        f.seek(SIZE)
+        f.write(b"+kept")
+    assert filling(up)
+    m.kill()
+    m.stop(check=False)
+    assert xattr(up, MC) is not None and xattr(up, "trusted.draftbox.bgfill") == boot_id()
+    assert os.path.exists(os.path.join(m.work, "draftfs", "bgfill"))
+    m = fsenv.mount("draftfs", [lower], upper=m.upper, work=m.work, opts=OPTS)
+    assert xattr(up, MC) is None and xattr(up, "trusted.draftbox.bgfill") is None
+    assert read(os.path.join(m.path, "big.bin")) == data() + b"+kept"
+    assert not os.path.exists(os.path.join(m.work, "draftfs", "bgfill"))
+    with open(os.path.join(m.path, "big.bin"), "ab") as f:
+        f.write(b"!")
+    m.stop()
+    assert read(up) == data() + b"+kept!"
+    assert xattr(up, MC) is None
+
+
+def test_kill_marker_of_another_boot(fsenv):
+    """After a reboot the page cache is gone: a metacopy left by a background fill stays one (the lower data)."""
     lower, m, v, up = mount_big(fsenv)
     with open(v, "r+b") as f:
         f.write(b"lost")
     assert filling(up)
     m.kill()
     m.stop(check=False)
-    assert xattr(up, MC) is not None
+    os.setxattr(up, "trusted.draftbox.bgfill", b"00000000-0000-0000-0000-000000000000")
     m = fsenv.mount("draftfs", [lower], upper=m.upper, work=m.work, opts=OPTS)
+    assert xattr(up, MC) is not None and xattr(up, "trusted.draftbox.bgfill") is None
     assert read(os.path.join(m.path, "big.bin")) == data()
-    with open(os.path.join(m.path, "big.bin"), "ab") as f:
-        f.write(b"+")
-    m.stop()
-    assert read(up) == data() + b"+"
-    assert xattr(up, MC) is None
 
 
 def test_unmount_finishes_the_copy(fsenv):
