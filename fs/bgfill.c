@@ -90,7 +90,7 @@ static void chunk_mark(struct ovl_bgfill *bf, size_t c)
 	bf->left--;
 }
 
-/* Copies chunk @c, which must be below the fill end; puts back what the view shows (bf->lock held after). */
+/* Copies chunk @c from below, up to @end (the fill end when the copy began). */
 static int chunk_copy(struct ovl_bgfill *bf, size_t c, off_t end)
 {
 	off_t from = (off_t)c * bf->chunk;

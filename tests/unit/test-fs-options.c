@@ -91,6 +91,17 @@ static void test_basic(void)
 	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,metacopy=off,metacopy", "/m", NULL);
 	is_int(r, 0, "metacopy=off,metacopy parses: %s", err);
 	ok(o.metacopy, "bare metacopy is on, the last one wins");
+	ok(o.bgfill == (uint64_t)64 << 20, "bgfill defaults to 64M");
+	ovl_options_free(&o);
+
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,bgfill=1G", "/m", NULL);
+	is_int(r, 0, "bgfill=1G parses: %s", err);
+	ok(o.bgfill == (uint64_t)1 << 30, "bgfill=1G is 1 GiB");
+	ovl_options_free(&o);
+
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,bgfill=0", "/m", NULL);
+	is_int(r, 0, "bgfill=0 parses: %s", err);
+	ok(o.bgfill == 0, "bgfill=0 turns it off");
 	ovl_options_free(&o);
 }
 
@@ -108,6 +119,15 @@ static void test_errors(void)
 	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,metacopy=maybe", "/m", NULL);
 	is_int(r, -EINVAL, "metacopy=maybe rejected");
 	ok(strstr(err, "metacopy 'maybe'") != NULL, "error names the value: %s", err);
+	ovl_options_free(&o);
+
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,bgfill=-1", "/m", NULL);
+	is_int(r, -EINVAL, "bgfill=-1 rejected");
+	ok(strstr(err, "bgfill '-1'") != NULL, "error names the value: %s", err);
+	ovl_options_free(&o);
+
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,bgfill=64X", "/m", NULL);
+	is_int(r, -EINVAL, "bgfill=64X rejected");
 	ovl_options_free(&o);
 
 	r = parse(&o, err, "-o", "upperdir=/u,workdir=/w", "/m", NULL);
