@@ -144,9 +144,17 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		r = fd;
 	}
 	if (r >= 0 && bf) {
-		ovl_bgfill_lock(bf);
-		r = ovl_bgfill_truncate_locked(bf, fd, 0);
-		ovl_bgfill_unlock(bf);
+		/* O_RDONLY | O_TRUNC truncates too: through a writable fd of the same file. */
+		int wfd = (fi->flags & O_ACCMODE) == O_RDONLY ? fd_reopen(fd, O_WRONLY) : fd;
+
+		r = wfd;
+		if (wfd >= 0) {
+			ovl_bgfill_lock(bf);
+			r = ovl_bgfill_truncate_locked(bf, wfd, 0);
+			ovl_bgfill_unlock(bf);
+		}
+		if (wfd >= 0 && wfd != fd)
+			close(wfd);
 	}
 	ovl_bgfill_put(bf);
 	if (r >= 0 && (fi->flags & O_TRUNC) && fuse_req_ctx(req)->uid != 0) {

@@ -141,6 +141,19 @@ def test_o_trunc_during_the_copy(fsenv):
     assert os.stat(up).st_blocks * 512 < MiB
 
 
+def test_read_only_o_trunc_during_the_copy(fsenv):
+    """open(O_RDONLY | O_TRUNC) truncates as well (Linux does, with write permission)."""
+    lower, m, v, up = mount_big(fsenv)
+    with open(v, "ab") as f:
+        f.write(b"tail")
+    assert filling(up)
+    os.close(os.open(v, os.O_RDONLY | os.O_TRUNC))
+    time.sleep(0.5)
+    assert os.stat(v).st_size == 0 and read(v) == b""
+    wait_plain(up)
+    assert read(up) == b""
+
+
 def test_fsync_waits_for_the_copy(fsenv):
     lower, m, v, up = mount_big(fsenv)
     with open(v, "r+b") as f:
