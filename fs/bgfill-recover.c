@@ -37,22 +37,18 @@ static uint64_t recover_one(int dir_fd, const char *name, const struct stat *st)
 	ssize_t n;
 	int r;
 
-	if (!S_ISREG(st->st_mode))
+	/* By name first: the walk opens only the files that carry the marker. */
+	if (!S_ISREG(st->st_mode) || (n = ovl_xattr_at(dir_fd, name, OVL_XATTR_BGFILL, v, sizeof(v))) < 0)
 		return 0;
 	fd = openat(dir_fd, name, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 	if (fd < 0)
 		return 0;
-	n = fgetxattr(fd, OVL_XATTR_BGFILL, v, sizeof(v));
-	if (n < 0)
-		return 0;
-	if (!ovl_fill_marker_is_current(v, n) || ovl_metacopy_get(fd, (char[PATH_MAX]){ 0 }) <= 0) {
+	r = ovl_fill_marker_is_current(v, n) ? ovl_upper_data_locate_fd(recover_layers, fd, name, &loc, NULL) : 0;
+	if (r >= 0 && !loc.metacopy) {
 		/* another boot's (the page cache is gone: a plain metacopy), or filled and marked since */
 		(void)fremovexattr(fd, OVL_XATTR_BGFILL);
 		return 0;
 	}
-	r = ovl_upper_data_locate_fd(recover_layers, fd, name, &loc, NULL);
-	if (r >= 0 && !loc.metacopy)
-		r = -EIO;
 	if (r >= 0)
 		r = data = ovl_upper_data_open(recover_layers, &loc, O_NONBLOCK, NULL);
 	if (r >= 0)

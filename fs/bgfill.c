@@ -377,17 +377,6 @@ int ovl_bgfill_begin(int ufd, int lfd, off_t size)
 		return r;
 	}
 	ovl_fds_account(2);
-	/* Before anything is written to it: a daemon killed meanwhile leaves a file the next one recovers. */
-	r = raise_flag();
-	if (r >= 0 && fsetxattr(u, OVL_XATTR_BGFILL, ovl_boot_id(), OVL_BOOT_ID_LEN, 0) < 0)
-		r = -errno;
-	if (r < 0) {
-		close(u);
-		close(l);
-		ovl_fds_account(-2);
-		free(bf);
-		return r;
-	}
 	*bf = (struct ovl_bgfill){ .refs = 1, .dev = ust.st_dev, .ino = ust.st_ino, .ufd = u, .lfd = l, .end = end,
 	                           .chunk = chunk, .nchunks = n, .left = n,
 	                           /* holes kept where the file has no blocks of its own to overwrite (fs/copyup-meta.c) */
@@ -395,7 +384,12 @@ int ovl_bgfill_begin(int ufd, int lfd, off_t size)
 	                           .busy = NO_CHUNK };
 	pthread_mutex_init(&bf->lock, NULL);
 	pthread_cond_init(&bf->idle, NULL);
-	r = ovl_keep_save(u, &bf->shown);
+	/* Marked before anything is written to it: a daemon killed meanwhile leaves a file the next one recovers. */
+	r = raise_flag();
+	if (r >= 0 && fsetxattr(u, OVL_XATTR_BGFILL, ovl_boot_id(), OVL_BOOT_ID_LEN, 0) < 0)
+		r = -errno;
+	if (r >= 0)
+		r = ovl_keep_save(u, &bf->shown);
 	if (r < 0) {
 		put_locked(bf); /* no other reference: needs no lock */
 		return r;
@@ -407,7 +401,6 @@ int ovl_bgfill_begin(int ufd, int lfd, off_t size)
 		put_locked(bf); /* no other reference: needs no lock */
 		return -EAGAIN;
 	}
-	bf->next = NULL;
 	for (struct ovl_bgfill **p = &G.head;; p = &(*p)->next)
 		if (!*p) {
 			*p = bf;
@@ -441,6 +434,13 @@ bool ovl_bgfill_holds(int fd)
 
 	ovl_bgfill_put(bf);
 	return bf != NULL;
+}
+
+int ovl_bgfill_metacopy_get(int fd, char data_path[static PATH_MAX])
+{
+	int r = ovl_metacopy_get(fd, data_path);
+
+	return r > 0 && ovl_bgfill_holds(fd) ? 0 : r;
 }
 
 void ovl_bgfill_lock(struct ovl_bgfill *bf)
@@ -482,13 +482,15 @@ void ovl_bgfill_note_data(struct ovl_bgfill *bf)
 
 void ovl_bgfill_note_attr(struct ovl_bgfill *bf, const struct timespec ts[2], bool chown)
 {
-	struct timespec *to[2] = { &bf->shown.st.st_atim, &bf->shown.st.st_mtim };
+	struct timespec *to[2];
 	struct stat st;
 
 	if (!bf || fstat(bf->ufd, &st) < 0)
 		return;
+	to[0] = &bf->shown.st.st_atim;
+	to[1] = &bf->shown.st.st_mtim;
 	bf->shown.st.st_mode = st.st_mode;
-	for (int i = 0; ts && i < 2; i++) {
+	for (int i = 0; i < 2; i++) {
 		if (ts[i].tv_nsec == UTIME_NOW)
 			*to[i] = i ? st.st_mtim : st.st_atim;
 		else if (ts[i].tv_nsec != UTIME_OMIT)

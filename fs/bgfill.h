@@ -25,6 +25,7 @@
  */
 #pragma once
 
+#include <limits.h>
 #include <stdbool.h>
 #include <sys/types.h>
 #include <time.h>
@@ -63,6 +64,9 @@ int ovl_bgfill_begin(int ufd, int lfd, off_t size);
 /* True if the upper file @fd (any fd) is being filled: the view takes it as holding its data. */
 bool ovl_bgfill_holds(int fd);
 
+/* ovl_metacopy_get() as the view sees it: a file being filled holds its data (0). */
+int ovl_bgfill_metacopy_get(int fd, char data_path[static PATH_MAX]);
+
 /* The fill of the upper file @fd, with a reference (drop it with ovl_bgfill_put()), or NULL. */
 struct ovl_bgfill *ovl_bgfill_get(int fd);
 void ovl_bgfill_put(struct ovl_bgfill *bf);
@@ -72,7 +76,7 @@ void ovl_bgfill_put(struct ovl_bgfill *bf);
  * truncate, setattr, capabilities). The copy puts the file's times, mode
  * and security.capability back after each chunk: a change tells it, with
  * the lock held, what they are now (a write or truncate: note_data; a
- * setattr: note_attr, with the times it set, or NULL; security.capability
+ * setattr: note_attr, with the times it set (UTIME_OMIT: unchanged); security.capability
  * set or removed: note_caps). @bf may be NULL.
  */
 void ovl_bgfill_lock(struct ovl_bgfill *bf);

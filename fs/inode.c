@@ -284,8 +284,7 @@ void ovl_node_apply(struct ovl_node *n, struct ovl_res *res)
 	 * write would copy the lower data over the upper's. Asked under the
 	 * node's lock, which the end of a fill takes after marking the file.
 	 */
-	if (res->metacopy && res->upper_fd >= 0 &&
-	    (ovl_metacopy_get(res->upper_fd, data_path) == 0 || ovl_bgfill_holds(res->upper_fd))) {
+	if (res->metacopy && res->upper_fd >= 0 && ovl_bgfill_metacopy_get(res->upper_fd, data_path) == 0) {
 		if (res->lower_fd >= 0)
 			res->lower_fd = safe_close(res->lower_fd);
 		res->metacopy = false;

@@ -343,13 +343,12 @@ static int resolve_in_stack(const struct ovl_stack *s, const char *name, struct 
 			res->st = st;
 			if (S_ISREG(st.st_mode)) {
 				/* A metacopy's data is the lower file its redirect names, or the one at its own name. */
-				r = ovl_metacopy_get(fd, redirect);
+				/* Being filled in the background: its data is the upper file's, through us. */
+				r = ovl_bgfill_metacopy_get(fd, redirect);
 				if (r < 0) {
 					ovl_res_done(res);
 					return r == -EBADMSG ? -EIO : r;
 				}
-				if (r > 0 && ovl_bgfill_holds(fd))
-					r = 0; /* being filled: its data is the upper file's, through us */
 				res->metacopy = r > 0;
 				if (r == 1 && redirect[0])
 					abs_path = redirect;
@@ -563,9 +562,7 @@ static int reopen_metacopy_data(struct ovl_res *res)
 	char path[PATH_MAX];
 	int r, err = 0;
 
-	r = ovl_metacopy_get(res->upper_fd, path);
-	if (r > 0 && ovl_bgfill_holds(res->upper_fd))
-		r = 0;
+	r = ovl_bgfill_metacopy_get(res->upper_fd, path);
 	if (r <= 0)
 		return r == 0 ? 0 : -ESTALE;
 	if (r != 1 || !path[0])

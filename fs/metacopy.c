@@ -157,7 +157,7 @@ struct getxattrat_args {
  * file; a path through /proc/self/fd costs more than the rest of the
  * walk), else lgetxattr() through /proc. Returns the size or -errno.
  */
-static ssize_t xattr_at(int dir_fd, const char *name, const char *xname, void *value, size_t size)
+ssize_t ovl_xattr_at(int dir_fd, const char *name, const char *xname, void *value, size_t size)
 {
 	static atomic_bool no_getxattrat;
 	char p[PATH_MAX];
@@ -189,24 +189,24 @@ static bool filled_now_at(int dir_fd, const char *name)
 {
 	char v[OVL_BOOT_ID_LEN + 1];
 
-	return ovl_fill_marker_is_current(v, xattr_at(dir_fd, name, OVL_XATTR_FILLED, v, sizeof(v)));
+	return ovl_fill_marker_is_current(v, ovl_xattr_at(dir_fd, name, OVL_XATTR_FILLED, v, sizeof(v)));
 }
 
 int ovl_metacopy_at(int dir_fd, const char *name)
 {
 	int r;
 
-	r = present(xattr_at(dir_fd, name, OVL_XATTR_METACOPY, NULL, 0));
+	r = present(ovl_xattr_at(dir_fd, name, OVL_XATTR_METACOPY, NULL, 0));
 	if (r <= 0)
 		return r;
 	if (filled_now_at(dir_fd, name))
 		return 0;
-	return present(xattr_at(dir_fd, name, OVL_XATTR_METACOPY, NULL, 0));
+	return present(ovl_xattr_at(dir_fd, name, OVL_XATTR_METACOPY, NULL, 0));
 }
 
 int ovl_metacopy_filled_at(int dir_fd, const char *name)
 {
-	return present(xattr_at(dir_fd, name, OVL_XATTR_METACOPY, NULL, 0)) > 0 && filled_now_at(dir_fd, name);
+	return present(ovl_xattr_at(dir_fd, name, OVL_XATTR_METACOPY, NULL, 0)) > 0 && filled_now_at(dir_fd, name);
 }
 
 uint64_t ovl_upper_file_bytes(int dir_fd, const char *name, const struct stat *st)

@@ -68,6 +68,9 @@ int ovl_metacopy_filled_at(int dir_fd, const char *name);
  */
 int ovl_metacopy_at(int dir_fd, const char *name);
 
+/* getxattr @xname of entry @name of @dir_fd, not followed, in one syscall where the kernel can. Size or -errno. */
+ssize_t ovl_xattr_at(int dir_fd, const char *name, const char *xname, void *value, size_t size);
+
 /*
  * The data copy-up of a metacopy, in place (fs/copyup-meta.c; the core's
  * copy-up and the control plane's partial commit). ovl_metacopy_fill()

@@ -201,6 +201,7 @@ static int fchmodat2_empty(int fd, mode_t mode)
 static int setattr_fd(struct ovl_node *n, int fd, int hfd, struct ovl_bgfill *bf, struct stat *attr, int to_set)
 {
 	const struct ovl_options *o = ovl_fs->opt;
+	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, { .tv_nsec = UTIME_OMIT } };
 	int r;
 
 	/*
@@ -245,6 +246,8 @@ static int setattr_fd(struct ovl_node *n, int fd, int hfd, struct ovl_bgfill *bf
 		}
 	}
 	if (to_set & FUSE_SET_ATTR_SIZE) {
+		_cleanup_close_ int wfd = -1;
+		int tfd = hfd;
 		struct stat cur;
 
 		if (fstatat(fd, "", &cur, AT_EMPTY_PATH) == 0 && attr->st_size != cur.st_size) {
@@ -256,27 +259,15 @@ static int setattr_fd(struct ovl_node *n, int fd, int hfd, struct ovl_bgfill *bf
 				ovl_quota_add(attr->st_size - cur.st_size, 0);
 			}
 		}
-		if (hfd >= 0) {
-			r = bf ? ovl_bgfill_truncate_locked(bf, hfd, attr->st_size)
-			       : ftruncate(hfd, attr->st_size) < 0 ? -errno : 0;
-			if (r < 0)
-				return r;
-		} else {
-			_cleanup_close_ int wfd = fd_reopen(fd, O_WRONLY);
-
-			if (wfd < 0)
-				return wfd;
-			if (bf)
-				r = ovl_bgfill_truncate_locked(bf, wfd, attr->st_size);
-			else
-				r = ftruncate(wfd, attr->st_size) < 0 ? -errno : 0;
-			if (r < 0)
-				return r;
-		}
+		if (tfd < 0)
+			tfd = wfd = fd_reopen(fd, O_WRONLY);
+		if (tfd < 0)
+			return tfd;
+		r = bf ? ovl_bgfill_truncate_locked(bf, tfd, attr->st_size) : ftruncate(tfd, attr->st_size) < 0 ? -errno : 0;
+		if (r < 0)
+			return r;
 	}
 	if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)) {
-		struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, { .tv_nsec = UTIME_OMIT } };
-
 		if (to_set & FUSE_SET_ATTR_ATIME_NOW)
 			ts[0].tv_nsec = UTIME_NOW;
 		else if (to_set & FUSE_SET_ATTR_ATIME)
@@ -294,6 +285,8 @@ static int setattr_fd(struct ovl_node *n, int fd, int hfd, struct ovl_bgfill *bf
 				return r;
 		}
 	}
+	/* What the fill's copy is to put back from now on (fs/bgfill.h). */
+	ovl_bgfill_note_attr(bf, ts, to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID));
 	return 0;
 }
 
@@ -323,16 +316,6 @@ static int do_setattr(struct ovl_node *n, struct stat *attr, int to_set, struct 
 
 		ovl_bgfill_lock(bf);
 		r = setattr_fd(n, n->upper_fd, hfd, bf, attr, to_set);
-		if (r >= 0 && bf) {
-			struct timespec ts[2] = {
-				to_set & FUSE_SET_ATTR_ATIME_NOW ? (struct timespec){ .tv_nsec = UTIME_NOW }
-				: to_set & FUSE_SET_ATTR_ATIME ? attr->st_atim : (struct timespec){ .tv_nsec = UTIME_OMIT },
-				to_set & FUSE_SET_ATTR_MTIME_NOW ? (struct timespec){ .tv_nsec = UTIME_NOW }
-				: to_set & FUSE_SET_ATTR_MTIME ? attr->st_mtim : (struct timespec){ .tv_nsec = UTIME_OMIT },
-			};
-
-			ovl_bgfill_note_attr(bf, ts, to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID));
-		}
 		ovl_bgfill_unlock(bf);
 		ovl_bgfill_put(bf);
 	} else {
