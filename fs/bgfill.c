@@ -314,23 +314,20 @@ void ovl_bgfill_stop(void)
 		unlist(G.head); /* the failed ones: metacopies on disk */
 	pthread_mutex_unlock(&G.lock);
 	/* Every fill finished (and marked for the finalizer): nothing for the next daemon to recover. */
-	if (atomic_load(&G.flagged) && !atomic_load(&G.failed) && unlinkat(ovl_fs->state_fd, OVL_BGFILL_FLAG, 0) < 0 &&
-	    errno != ENOENT)
-		log_warning_errno(-errno, "cannot remove the '%s' flag from the state dir", OVL_BGFILL_FLAG);
+	if (atomic_load(&G.flagged) && !atomic_load(&G.failed))
+		ovl_state_flag_lower(ovl_fs->state_fd, OVL_BGFILL_FLAG);
 }
 
 static int raise_flag(void)
 {
-	int fd;
+	int r;
 
 	if (atomic_load(&G.flagged))
 		return 0;
-	fd = openat(ovl_fs->state_fd, OVL_BGFILL_FLAG, O_CREAT | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return -errno;
-	close(fd);
-	atomic_store(&G.flagged, true);
-	return 0;
+	r = ovl_state_flag_raise(ovl_fs->state_fd, OVL_BGFILL_FLAG);
+	if (r == 0)
+		atomic_store(&G.flagged, true);
+	return r;
 }
 
 bool ovl_bgfill_wanted(off_t size)

@@ -188,8 +188,24 @@ void ovl_finalize_stop(struct ovl_fs *fs)
 	pthread_mutex_unlock(&F.lock);
 	pthread_join(F.thread, NULL); /* after it has emptied the queue */
 	F.running = false;
-	if (F.flagged && !F.failed && unlinkat(fs->state_fd, FLAG_NAME, 0) < 0 && errno != ENOENT)
-		log_warning_errno(-errno, "cannot remove the '%s' flag from the state dir", FLAG_NAME);
+	if (F.flagged && !F.failed)
+		ovl_state_flag_lower(fs->state_fd, FLAG_NAME);
+}
+
+int ovl_state_flag_raise(int state_fd, const char *name)
+{
+	int fd = openat(state_fd, name, O_CREAT | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0600);
+
+	if (fd < 0)
+		return -errno;
+	close(fd);
+	return 0;
+}
+
+void ovl_state_flag_lower(int state_fd, const char *name)
+{
+	if (unlinkat(state_fd, name, 0) < 0 && errno != ENOENT)
+		log_warning_errno(-errno, "cannot remove the '%s' flag from the state dir", name);
 }
 
 bool ovl_finalize_enabled(void)
@@ -203,17 +219,16 @@ bool ovl_finalize_enabled(void)
 static int raise_flag(void)
 {
 	bool flagged;
-	int fd;
+	int r;
 
 	pthread_mutex_lock(&F.lock);
 	flagged = F.flagged;
 	pthread_mutex_unlock(&F.lock);
 	if (flagged)
 		return 0;
-	fd = openat(F.fs->state_fd, FLAG_NAME, O_CREAT | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return -errno;
-	close(fd);
+	r = ovl_state_flag_raise(F.fs->state_fd, FLAG_NAME);
+	if (r < 0)
+		return r;
 	pthread_mutex_lock(&F.lock);
 	F.flagged = true;
 	pthread_mutex_unlock(&F.lock);

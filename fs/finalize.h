@@ -45,5 +45,13 @@ int ovl_finalize_defer(int fd);
  */
 int ovl_finalize_fd(int fd);
 
+/*
+ * A flag in the state dir (an empty file @name): made before the state it
+ * stands for can exist (0 or -errno), removed once it cannot any more
+ * (a failure is logged).
+ */
+int ovl_state_flag_raise(int state_fd, const char *name);
+void ovl_state_flag_lower(int state_fd, const char *name);
+
 /* Waits until everything queued before the call is finalized. Returns 0, or the first error since the last call. */
 int ovl_finalize_flush(void);
