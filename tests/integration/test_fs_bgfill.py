@@ -237,18 +237,24 @@ def test_parallel_readers_and_a_writer(fsenv):
     assert not errors, "reads at %s differ" % errors[:5]
 
 
+def killed_mid_copy(fsenv, writes):
+    """Mounts the big file, writes (offset, bytes) pairs to it, and kills the daemon while the copy runs."""
+    lower, m, v, up = mount_big(fsenv)
+    with open(v, "r+b") as f:
+        for off, buf in writes:
+            f.seek(off)
+            f.write(buf)
+    assert filling(up)
+    m.kill()
+    m.stop(check=False)
+    return lower, m, up
+
+
 def test_kill_during_the_copy(fsenv):
     """On disk the file stays a kernel metacopy until the copy ends; the next mount fills it whole from below
     before it serves anything: what the view wrote past the lower file's end stays, writes within it are lost
     (never synced), the file is never half copied."""
-    lower, m, v, up = mount_big(fsenv)
-    with open(v, "r+b") as f:
-        f.write(b"lost")
-        f.seek(SIZE)
-        f.write(b"+kept")
-    assert filling(up)
-    m.kill()
-    m.stop(check=False)
+    lower, m, up = killed_mid_copy(fsenv, [(0, b"lost"), (SIZE, b"+kept")])
     assert xattr(up, MC) is not None and xattr(up, "trusted.draftbox.bgfill") == boot_id()
     assert os.path.exists(os.path.join(m.work, "draftfs", "bgfill"))
     m = fsenv.mount("draftfs", [lower], upper=m.upper, work=m.work, opts=OPTS)
@@ -264,12 +270,7 @@ def test_kill_during_the_copy(fsenv):
 
 def test_kill_marker_of_another_boot(fsenv):
     """After a reboot the page cache is gone: a metacopy left by a background fill stays one (the lower data)."""
-    lower, m, v, up = mount_big(fsenv)
-    with open(v, "r+b") as f:
-        f.write(b"lost")
-    assert filling(up)
-    m.kill()
-    m.stop(check=False)
+    lower, m, up = killed_mid_copy(fsenv, [(0, b"lost")])
     os.setxattr(up, "trusted.draftbox.bgfill", b"00000000-0000-0000-0000-000000000000")
     m = fsenv.mount("draftfs", [lower], upper=m.upper, work=m.work, opts=OPTS)
     assert xattr(up, MC) is not None and xattr(up, "trusted.draftbox.bgfill") is None
