@@ -96,7 +96,7 @@ static void name_insert(struct ovl_fs *fs, struct ovl_node *n)
 	struct ovl_node *old = name_find_locked(fs, n->parent, n->name);
 	size_t b;
 
-	if (old == n)
+	if (old == n || atomic_load(&n->split))
 		return;
 	if (old)
 		name_unlink(fs, old);
@@ -110,6 +110,8 @@ static void id_insert(struct ovl_fs *fs, struct ovl_node *n)
 {
 	size_t b = hash_id(n->key_dev, n->key_ino) & (fs->tab_size - 1);
 
+	if (atomic_load(&n->split))
+		return;
 	n->id_next = fs->id_tab[b];
 	fs->id_tab[b] = n;
 	n->id_hashed = true;
@@ -527,12 +529,38 @@ void ovl_node_set_ino(struct ovl_node *n, ino_t ino)
 	pthread_mutex_unlock(&ovl_fs->table_lock);
 }
 
-void ovl_node_unhash(struct ovl_node *n)
+void ovl_node_split(struct ovl_node *n)
 {
 	pthread_mutex_lock(&ovl_fs->table_lock);
 	id_unlink(ovl_fs, n);
 	name_unlink(ovl_fs, n);
+	atomic_store(&n->split, true);
 	pthread_mutex_unlock(&ovl_fs->table_lock);
+}
+
+bool ovl_node_is_split(struct ovl_node *n)
+{
+	return n != &ovl_fs->root && atomic_load(&n->split);
+}
+
+void ovl_node_split_changed(struct ovl_node *n)
+{
+	struct ovl_fs *fs = ovl_fs;
+	fuse_ino_t twin = 0;
+
+	if (!ovl_node_is_split(n))
+		return;
+	pthread_mutex_lock(&fs->table_lock);
+	if (atomic_load(&n->split)) {
+		for (struct ovl_node *m = fs->id_tab[hash_id(n->key_dev, n->key_ino) & (fs->tab_size - 1)]; m;
+		     m = m->id_next)
+			if (m->key_ino == n->key_ino && m->key_dev == n->key_dev)
+				twin = ovl_node_ino(m);
+	}
+	pthread_mutex_unlock(&fs->table_lock);
+	/* If the twin was forgotten meanwhile, its nodeid names nothing or a node that merely re-reads its attributes. */
+	if (twin && fs->se)
+		(void)fuse_lowlevel_notify_inval_inode(fs->se, twin, -1, 0);
 }
 
 void ovl_node_unhash_name(struct ovl_node *n, bool also_identity)

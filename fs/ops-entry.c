@@ -149,17 +149,24 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 	fuse_reply_none(req);
 }
 
+/* A split node's attributes change through its twin too: the kernel must ask each time. */
+static double attr_timeout(struct ovl_node *n)
+{
+	return ovl_node_is_split(n) ? 0 : ovl_fs->timeout;
+}
+
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct ovl_node *n = ovl_node_from_ino(ino);
 	struct stat st;
 	int r;
 
 	ovl_node_maybe_evict();
-	r = ovl_node_getattr(ovl_node_from_ino(ino), &st);
+	r = ovl_node_getattr(n, &st);
 	if (r < 0)
 		fuse_reply_err(req, -r);
 	else
-		fuse_reply_attr(req, &st, ovl_fs->timeout);
+		fuse_reply_attr(req, &st, attr_timeout(n));
 }
 
 static int utimens_fd(int fd, const struct timespec ts[2])
@@ -334,12 +341,14 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	ovl_mutate_begin();
 	r = do_setattr(n, attr, to_set, fi);
 	ovl_mutate_end();
-	if (r >= 0)
+	if (r >= 0) {
+		ovl_node_split_changed(n);
 		r = ovl_node_getattr(n, &st);
+	}
 	if (r < 0)
 		fuse_reply_err(req, -r);
 	else
-		fuse_reply_attr(req, &st, ovl_fs->timeout);
+		fuse_reply_attr(req, &st, attr_timeout(n));
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -810,6 +819,11 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 	struct stat st;
 	int r;
 
+	if (ovl_node_is_split(n)) {
+		/* The new name must lead to the node that took its place: link(2) walks again. */
+		fuse_reply_err(req, ESTALE);
+		return;
+	}
 	ovl_mutate_begin();
 	r = do_link(n, ovl_node_from_ino(newparent), newname);
 	ovl_mutate_end();

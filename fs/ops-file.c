@@ -104,11 +104,16 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ovl_node *n = ovl_node_from_ino(ino);
 	bool write = (fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC);
-	bool lower = false, lower_hardlink = false;
+	bool lower = false, lower_hardlink = false, split = false;
 	struct ovl_bgfill *bf = NULL;
 	int r = 0, fd = -1;
 
 	ovl_node_maybe_evict(); /* re-resolving evicted nodes takes fds too */
+	if (ovl_node_is_split(n)) {
+		/* An open by path walks again and meets the node that took its place. */
+		fuse_reply_err(req, ESTALE);
+		return;
+	}
 	if (write) {
 		if (ovl_fs->opt->read_only) {
 			fuse_reply_err(req, EROFS);
@@ -168,12 +173,16 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		r = new_fh(fd, lower, fi);
 	if (r >= 0) {
 		r = ovl_pt_open(n, fd, write, (struct ovl_fh *)(uintptr_t)fi->fh);
-		if (r == -ESTALE)
-			ovl_node_unhash(n); /* the kernel retries the path walk and looks the name up afresh */
+		split = r == -ESTALE;
+		if (split)
+			ovl_node_split(n); /* the kernel retries the path walk and looks the name up afresh */
 		if (r < 0)
 			free_fh(fi);
 	}
 	if (r < 0) {
+		/* Attributes only (no lock held): the split node's were cached before the copy-up. */
+		if (split && ovl_fs->se)
+			(void)fuse_lowlevel_notify_inval_inode(ovl_fs->se, ino, -1, 0);
 		safe_close(fd);
 		fuse_reply_err(req, -r);
 		return;

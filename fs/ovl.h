@@ -133,6 +133,7 @@ struct ovl_node {
 	uint32_t refs;              /* table_lock: children whose ->parent is us */
 	bool id_hashed, name_hashed; /* table_lock */
 	bool removed;                /* table_lock: its name was unlinked (never re-resolve it by name) */
+	atomic_bool split;           /* set under table_lock: replaced by a fresh node (passthrough.c); never indexed again */
 	bool hot;                    /* table_lock: on fs->all_* (holds fds), else on fs->cold_* */
 	atomic_bool used;            /* set on use, cleared by the eviction scan (second chance) */
 	bool filling;                /* fs->fill_lock: a data copy-up into its metacopy runs, without copyup_lock */
@@ -276,8 +277,24 @@ void ovl_node_rekey(struct ovl_node *n, dev_t dev, ino_t ino);
 /* Changes the view's st_ino of @n (a split lower hard link after copy-up). */
 void ovl_node_set_ino(struct ovl_node *n, ino_t ino);
 
-/* Removes @n from the identity and name hashes (after its last link is gone). */
-void ovl_node_unhash(struct ovl_node *n);
+/*
+ * Splits @n off (passthrough.c): takes it out of both indexes for good, so
+ * the next lookup of any of its names makes a fresh node for the object.
+ * The kernel's inode of @n stays for the files open on it; see
+ * ovl_node_is_split().
+ */
+void ovl_node_split(struct ovl_node *n);
+/*
+ * True if @n was split off. Its opens and links fail with ESTALE (the
+ * kernel walks the path again with LOOKUP_REVAL and meets the fresh node),
+ * and its attributes are never cached by the kernel.
+ */
+bool ovl_node_is_split(struct ovl_node *n);
+/*
+ * After a change made through the split node @n: drops the kernel's cached
+ * attributes of the node that took its place, if any. No lock held.
+ */
+void ovl_node_split_changed(struct ovl_node *n);
 
 /* Removes @n from the name index, and from the identity index if @also_identity. */
 void ovl_node_unhash_name(struct ovl_node *n, bool also_identity);

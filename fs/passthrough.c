@@ -29,10 +29,14 @@
  *     open read-only, or a discard), later read-only opens are passthrough
  *     with direct I/O too (they read the new object through us). A later
  *     writable open must never get a kernel file on a lower backing path,
- *     so the node is split: it leaves the name index, the open fails with
+ *     so the node is split: it leaves both indexes, the open fails with
  *     ESTALE, and the kernel's path walk retries once with LOOKUP_REVAL,
  *     which looks the name up again and gets a fresh node (docs/fs.md,
- *     Passthrough).
+ *     Passthrough). The old node then refuses every open, so no name
+ *     keeps it as a second kernel inode of the file. A RELEASE can reach
+ *     us after the next OPEN (close(2) does not wait for it): before a
+ *     split, the open waits a little for releases in flight.
+ *   - DRAFTFS_PT_RELEASE_DELAY_MS delays passthrough releases (tests).
  * Lock order: pt_lock is taken with no node lock held and takes none.
  */
 #include <errno.h>
@@ -42,6 +46,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -79,12 +84,29 @@ struct ovl_open {
 };
 
 static pthread_mutex_t pt_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pt_released;     /* broadcast when a node's last passthrough file is released */
 static bool pt_wanted;                 /* asked for in INIT */
 static atomic_bool pt_on;              /* the kernel accepted it (cleared on the first refusal) */
 static int pt_dev_fd = -1;
+static unsigned pt_release_delay_ms;   /* DRAFTFS_PT_RELEASE_DELAY_MS: a RELEASE that arrives late (tests) */
 
 int ovl_pt_setup(struct ovl_fs *fs)
 {
+	const char *delay = getenv("DRAFTFS_PT_RELEASE_DELAY_MS");
+	pthread_condattr_t a;
+	int r;
+
+	/* Timed waits (wait_pt_released) count on the monotonic clock. */
+	r = -pthread_condattr_init(&a);
+	if (r < 0)
+		return r;
+	r = -pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	if (r == 0)
+		r = -pthread_cond_init(&pt_released, &a);
+	pthread_condattr_destroy(&a);
+	if (r < 0)
+		return r;
+	pt_release_delay_ms = delay ? (unsigned)strtoul(delay, NULL, 10) : 0;
 	pt_dev_fd = fuse_session_fd(fs->se);
 	pt_wanted = fs->opt->passthrough != OVL_PT_OFF && !fs->opt->writeback;
 	return 0;
@@ -142,6 +164,27 @@ static void backing_close(int32_t id)
 	(void)ioctl(pt_dev_fd, PT_DEV_IOC_BACKING_CLOSE, &v);
 }
 
+/*
+ * close(2) returns before its RELEASE reaches us, and another thread (another
+ * CPU's queue) may serve the next OPEN first: n_pt can count files the
+ * kernel has closed already. Before a writable open of a new object splits
+ * the node for them, give such releases PT_RELEASE_WAIT_MS to arrive.
+ * Called, and returns, with pt_lock held.
+ */
+#define PT_RELEASE_WAIT_MS 250
+static void wait_pt_released(struct ovl_node *n, dev_t dev, ino_t ino)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_nsec += PT_RELEASE_WAIT_MS * 1000000L;
+	until.tv_sec += until.tv_nsec / 1000000000L;
+	until.tv_nsec %= 1000000000L;
+	while (n->open && n->open->n_pt && !n->open->n_cached && !(n->open->dev == dev && n->open->ino == ino))
+		if (pthread_cond_timedwait(&pt_released, &pt_lock, &until) == ETIMEDOUT)
+			break;
+}
+
 static void put_open(struct ovl_node *n, enum ovl_iomode mode)
 {
 	struct ovl_open *o = n->open;
@@ -151,9 +194,11 @@ static void put_open(struct ovl_node *n, enum ovl_iomode mode)
 	if (mode == OVL_IO_CACHED) {
 		if (o->n_cached)
 			o->n_cached--;
-	} else if (o->n_pt && --o->n_pt == 0 && o->backing_id > 0) {
-		backing_close(o->backing_id);
+	} else if (o->n_pt && --o->n_pt == 0) {
+		if (o->backing_id > 0)
+			backing_close(o->backing_id);
 		o->backing_id = 0;
+		pthread_cond_broadcast(&pt_released);
 	}
 	if (!o->n_pt && !o->n_cached) {
 		free(o);
@@ -179,6 +224,8 @@ int ovl_pt_open(struct ovl_node *n, int fd, bool write, struct ovl_fh *fh)
 		return 0;
 
 	pthread_mutex_lock(&pt_lock);
+	if (write)
+		wait_pt_released(n, st.st_dev, st.st_ino);
 	o = n->open;
 	if (!o) {
 		o = calloc(1, sizeof(*o));
@@ -231,6 +278,8 @@ void ovl_pt_release(struct ovl_node *n, const struct ovl_fh *fh)
 {
 	if (!fh->counted)
 		return; /* opened while passthrough was off: no state was made */
+	if (pt_release_delay_ms && fh->mode != OVL_IO_CACHED)
+		usleep(pt_release_delay_ms * 1000);
 	pthread_mutex_lock(&pt_lock);
 	put_open(n, fh->mode);
 	pthread_mutex_unlock(&pt_lock);

@@ -178,6 +178,8 @@ void ovl_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const cha
 		}
 	}
 	ovl_mutate_end();
+	if (r >= 0)
+		ovl_node_split_changed(n); /* its ctime */
 	fuse_reply_err(req, -r);
 }
 
@@ -229,5 +231,7 @@ void ovl_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 		}
 	}
 	ovl_mutate_end();
+	if (r >= 0)
+		ovl_node_split_changed(n); /* its ctime */
 	fuse_reply_err(req, -r);
 }

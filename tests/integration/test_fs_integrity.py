@@ -10,11 +10,11 @@ kernel's view of the upper must hold the model's bytes too.
 DRAFTFS_FSX_OPS sets operations per file (default 1500); a failure names
 the seed, op index and the first differing offset.
 """
-import mmap
 import errno
 import mmap
 import os
 import random
+import stat
 
 import pytest
 
@@ -214,6 +214,81 @@ def test_passthrough_fd_across_copy_up(fsenv):
         os.close(fd)
     with open(p, "rb") as g:
         assert g.read(12) == b"MAPBBBBBBBaa"
+
+
+def require_passthrough():
+    fsutil.require_impl()
+    if fsutil.IMPL == "kernel":
+        pytest.skip("draftfs passthrough option")
+    if tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2]) < (6, 9):
+        pytest.skip("FUSE passthrough needs Linux 6.9 or later")
+
+
+def test_split_node_keeps_hard_links_coherent(fsenv):
+    """A reader holds lower f open (passthrough to the lower file) while its hard link g is written: the
+    writer's open gets a fresh node for the file (the old one keeps the reader). The old node must not
+    live on as a second kernel inode of the same file: stat, reads, writes, chmod and link through the
+    name f, whose dentry still leads to the old node, agree with g at once, as on kernel overlayfs."""
+    require_passthrough()
+    p, ro, lower = open_lower_file(fsenv)
+    d = os.path.dirname(p)
+    f, g = p, os.path.join(d, "g")
+    try:
+        os.link(f, g)
+        with open(g, "r+b") as w:
+            w.write(b"B" * 20000)
+        assert os.stat(f).st_size == os.stat(g).st_size == 20000, "stat through the old name is stale"
+        with open(f, "rb") as r:
+            assert r.read() == b"B" * 20000
+        assert os.pread(ro, 10, 0) == b"a" * 10, "the reader keeps its lower file"
+    finally:
+        os.close(ro)
+    with open(f, "ab") as w:
+        w.write(b"C" * 5)
+    assert os.stat(g).st_size == 20005
+    with open(g, "rb") as r:
+        assert r.read() == b"B" * 20000 + b"C" * 5
+    os.chmod(f, 0o600)
+    assert stat.S_IMODE(os.stat(g).st_mode) == 0o600
+    os.link(f, os.path.join(d, "h"))
+    assert os.stat(g).st_nlink == os.stat(f).st_nlink == 3
+    assert len({os.stat(os.path.join(d, n)).st_ino for n in "fgh"}) == 1
+    with open(os.path.join(d, "h"), "ab") as w:
+        w.write(b"D")
+    assert [os.stat(os.path.join(d, n)).st_size for n in "fgh"] == [20006] * 3
+    with open(os.path.join(lower, "f"), "rb") as r:
+        assert r.read() == b"a" * 10000, "the lower file changed"
+
+
+def test_late_release_does_not_split(fsenv):
+    """close(2) returns before the daemon hears of it, so the next open can be served first. A read-only
+    passthrough open of lower f whose RELEASE is late (DRAFTFS_PT_RELEASE_DELAY_MS) must not make a
+    writable open of its hard link g split the file's node: the daemon waits for the release. An O_PATH
+    fd of f, held across, then still reopens for writing, and every name agrees."""
+    require_passthrough()
+    lower = fsenv.dir("lower")
+    with open(os.path.join(lower, "f"), "wb") as w:
+        w.write(b"a" * 4096)
+    m = fsenv.mount_impl([lower], name="impl", extra_env={"DRAFTFS_PT_RELEASE_DELAY_MS": "100"})
+    f, g = os.path.join(m.path, "f"), os.path.join(m.path, "g")
+    path_fd = os.open(f, os.O_PATH | os.O_CLOEXEC)
+    try:
+        os.link(f, g)  # a metacopy: the data stays below, and the read passes through to the lower file
+        with open(f, "rb") as r:
+            assert r.read() == b"a" * 4096
+        with open(g, "ab") as w:  # copies the data up while that read's RELEASE is still on its way
+            w.write(b"b" * 100)
+        fd = os.open(f"/proc/self/fd/{path_fd}", os.O_RDWR | os.O_CLOEXEC)
+        try:
+            os.pwrite(fd, b"c", 4196)
+            assert os.fstat(fd).st_size == 4197
+        finally:
+            os.close(fd)
+    finally:
+        os.close(path_fd)
+    assert os.stat(f).st_size == os.stat(g).st_size == 4197
+    with open(g, "rb") as r:
+        assert r.read() == b"a" * 4096 + b"b" * 100 + b"c"
 
 
 @pytest.mark.parametrize("hold_reader", [False, True])
