@@ -337,6 +337,8 @@ static int resolve_in_stack(const struct ovl_stack *s, const char *name, struct 
 			if (ovl_is_whiteout(&st)) {
 				close(fd);
 				res->whiteout_in_upper = true;
+				/* What it hides: a dir moved over it must turn opaque, a file take its record. */
+				res->lower_exists = name_in_lower(s, name);
 				return -ENOENT;
 			}
 			res->upper_fd = fd;

@@ -643,3 +643,33 @@ def test_split_hard_link_keeps_its_node(fsenv):
            ("rename", long + "/n2", "a", 2), ("rename", long + "/n2/b/hl_ef", "n3", 0),
            ("setxattr", "n3", "user.b", b"value"), ("stat", "n3"), ("read", "n3")]
     run_sequence(kern.path, kern.upper, impl.path, 0, 0, ops=ops)
+
+
+@pytest.mark.parametrize("kind", ["dir", "file"])
+def test_move_over_whiteout_of_lower_dir(fsenv, kind):
+    """Seed 551's failure, reduced: lower dir e is moved away (a whiteout takes its name), then an upper-only
+    dir is renamed to e. It must turn opaque, as the kernel makes it: it was left plain, so rmdir said
+    ENOTEMPTY, and the kernel mounting the upper showed e's lower files in it. A file moved there must carry
+    the whiteout's record (what it hides below) instead of none."""
+    fsutil.require_impl()
+    lowers = fsutil.make_standard_lowers(fsenv.dir("layers"))
+    kern = fsenv.mount("kernel", lowers, name="kernel")
+    impl = fsenv.mount_impl(lowers, name="impl")
+    ops = [("rename", "a", "dd2", 0), ("rename", "e", "dd2/b/n1", 0)]
+    if kind == "dir":
+        ops += [("mkdir", "dd2/b/dd2", 0o700), ("rename", "dd2/b/dd2", "e", 0), ("readdir", "e"), ("rmdir", "e"),
+                ("mkdir", "dd2/b/dd2", 0o700), ("rename", "dd2/b/dd2", "e", 0), ("readdir", "e")]
+    else:
+        ops += [("create", "dd2/b/n0", 0, 0o644), ("rename", "dd2/b/n0", "e", 0), ("stat", "e")]
+    run_sequence(kern.path, kern.upper, impl.path, 0, 0, ops=ops)
+    isnap = fsutil.tree_snapshot(impl.path)
+    impl.stop()
+    kern.stop()
+    if kind == "dir":
+        assert fsutil.xattr(os.path.join(impl.upper, "e"), "trusted.overlay.opaque") == b"y"
+    else:
+        rec = fsutil.xattr(os.path.join(impl.upper, "e"), "trusted.draftbox.origin")
+        assert rec and rec.startswith(b"v1 layer="), rec
+    verify = fsenv.mount("kernel", lowers, upper=impl.upper, name="verify", opts=fsutil.KERNEL_VERIFY_OPTS)
+    diffs = fsutil.diff_snapshots(isnap, fsutil.tree_snapshot(verify.path), fsutil.IMPL, "kernel-over-upper")
+    assert not diffs, "\n".join(diffs[:20])
