@@ -216,6 +216,11 @@ def _session_lines(res):
         mt = ses.get("mount") or {}
         for i, v in mt.items():
             out.append("  mount time %-22s %s" % (i, _f(v) if not isinstance(v, str) else v))
+        rt = ses.get("round_trip")
+        if rt:
+            out.append("  %-33s %s" % ("request (getxattr), us", ", ".join(
+                "%s %.1f" % (k, v) for k, v in rt.items() if k != "syscall")
+                + "; a getppid(2) from Python %.1f" % rt.get("syscall", 0)))
         for key in ("launcher", "diff", "commit"):
             v = ses.get(key)
             if v is None:

@@ -3,6 +3,9 @@
 
 - mount time of each implementation over the big lower;
 - `draftbox-run -- true` against bare bwrap;
+- the cost of one request on each mount: an uncached getxattr (a FUSE round
+  trip on the FUSE ones), and of a bare system call, so that runs on
+  different machines can be told apart;
 - `draftfs diff MNT` (JSON) of N changed files against `find -ls` of the
   upper, and `draftfs commit MNT` of N new small files against `rsync -a`
   of the same files;
@@ -13,6 +16,7 @@
 
 Parts whose programs do not exist yet say "not available yet".
 """
+import ctypes
 import json
 import os
 import signal
@@ -81,6 +85,8 @@ def run_session(suite, active, unavailable, args, log):
         out["mount"][impl.name] = _med(ts)
     if "draftfs" in unavailable:
         out["mount"]["draftfs"] = _reason(unavailable, "draftfs")
+    log("session: request round trip")
+    out["round_trip"] = _round_trips(suite, active, 2000 if args.quick else 20000)
     try:
         out["launcher"] = _launcher(suite, args, log)
     except Exception as e:
@@ -96,6 +102,35 @@ def run_session(suite, active, unavailable, args, log):
         except Exception as e:
             out["diff"] = out["commit"] = {"unavailable": "failed: %s: %s" % (type(e).__name__, e)}
             suite.failures.append("diff/commit: %s: %s" % (type(e).__name__, e))
+    return out
+
+
+def _getxattr_loop(path, n):
+    """Microseconds per getxattr of a name @path does not have (never cached by the kernel)."""
+    t0 = time.perf_counter()
+    for _ in range(n):
+        try:
+            os.getxattr(path, "user.draftbox-bench-none", follow_symlinks=False)
+        except OSError:
+            pass
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def _round_trips(suite, active, n):
+    """µs per uncached getxattr on each implementation's mount (the bare filesystem's for plain), and
+    per getppid(2) in a loop of this process (what a system call costs on this machine)."""
+    out = {}
+    libc = ctypes.CDLL(None, use_errno=True)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        libc.getppid()
+    out["syscall"] = (time.perf_counter() - t0) / n * 1e6
+    for impl in active:
+        m = suite.mount(impl)
+        try:
+            out[impl.name] = _getxattr_loop(os.path.join(m.root, "big.bin"), n)
+        finally:
+            suite.umount(m)
     return out
 
 
