@@ -133,7 +133,7 @@ struct ovl_node {
 	uint32_t refs;              /* table_lock: children whose ->parent is us */
 	bool id_hashed, name_hashed; /* table_lock */
 	bool removed;                /* table_lock: its name was unlinked (never re-resolve it by name) */
-	atomic_bool split;           /* set under table_lock: replaced by a fresh node (passthrough.c); never indexed again */
+	atomic_bool split;           /* set once (pt_lock): replaced by a fresh node (passthrough.c); never indexed again */
 	bool hot;                    /* table_lock: on fs->all_* (holds fds), else on fs->cold_* */
 	atomic_bool used;            /* set on use, cleared by the eviction scan (second chance) */
 	bool filling;                /* fs->fill_lock: a data copy-up into its metacopy runs, without copyup_lock */

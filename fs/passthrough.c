@@ -209,7 +209,7 @@ static void put_open(struct ovl_node *n, enum ovl_iomode mode)
 int ovl_pt_open(struct ovl_node *n, int fd, bool write, struct ovl_fh *fh)
 {
 	bool lower_ok = ovl_fs->opt->passthrough == OVL_PT_ALL;
-	struct ovl_open *o;
+	struct ovl_open *o = NULL;
 	struct stat st;
 	int r = 0;
 
@@ -226,6 +226,11 @@ int ovl_pt_open(struct ovl_node *n, int fd, bool write, struct ovl_fh *fh)
 	pthread_mutex_lock(&pt_lock);
 	if (write)
 		wait_pt_released(n, st.st_dev, st.st_ino);
+	/* Split meanwhile by a concurrent open: this one must not make it a second inode of the file either. */
+	if (atomic_load(&n->split)) {
+		r = -ESTALE;
+		goto out;
+	}
 	o = n->open;
 	if (!o) {
 		o = calloc(1, sizeof(*o));
@@ -241,7 +246,9 @@ int ovl_pt_open(struct ovl_node *n, int fd, bool write, struct ovl_fh *fh)
 		bool same = o->dev == st.st_dev && o->ino == st.st_ino;
 
 		if (!same && write) {
-			r = -ESTALE; /* the caller splits the node; see the top of this file */
+			/* Marked under pt_lock, so no open after this one passes; the caller unhashes it. */
+			atomic_store(&n->split, true);
+			r = -ESTALE;
 			goto out;
 		}
 		/* Writes always come to us (see the top of this file); so do reads of a newer object. */

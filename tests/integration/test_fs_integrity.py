@@ -269,7 +269,7 @@ def test_late_release_does_not_split(fsenv):
     lower = fsenv.dir("lower")
     with open(os.path.join(lower, "f"), "wb") as w:
         w.write(b"a" * 4096)
-    m = fsenv.mount_impl([lower], name="impl", extra_env={"DRAFTFS_PT_RELEASE_DELAY_MS": "100"})
+    m = fsenv.mount_impl([lower], name="impl", extra_env={"DRAFTFS_PT_RELEASE_DELAY_MS": "50"})
     f, g = os.path.join(m.path, "f"), os.path.join(m.path, "g")
     path_fd = os.open(f, os.O_PATH | os.O_CLOEXEC)
     try:
