@@ -543,24 +543,33 @@ bool ovl_node_is_split(struct ovl_node *n)
 	return n != &ovl_fs->root && atomic_load(&n->split);
 }
 
-void ovl_node_split_changed(struct ovl_node *n)
+void ovl_node_inval_identity(dev_t dev, ino_t ino)
 {
 	struct ovl_fs *fs = ovl_fs;
-	fuse_ino_t twin = 0;
+	fuse_ino_t id = 0;
+
+	pthread_mutex_lock(&fs->table_lock);
+	for (struct ovl_node *m = fs->id_tab[hash_id(dev, ino) & (fs->tab_size - 1)]; m; m = m->id_next)
+		if (m->key_ino == ino && m->key_dev == dev)
+			id = ovl_node_ino(m);
+	pthread_mutex_unlock(&fs->table_lock);
+	/* If the node was forgotten meanwhile, its nodeid names nothing or a node that merely re-reads its attributes. */
+	if (id && fs->se)
+		(void)fuse_lowlevel_notify_inval_inode(fs->se, id, -1, 0);
+}
+
+void ovl_node_split_changed(struct ovl_node *n)
+{
+	dev_t dev;
+	ino_t ino;
 
 	if (!ovl_node_is_split(n))
 		return;
-	pthread_mutex_lock(&fs->table_lock);
-	if (atomic_load(&n->split)) {
-		for (struct ovl_node *m = fs->id_tab[hash_id(n->key_dev, n->key_ino) & (fs->tab_size - 1)]; m;
-		     m = m->id_next)
-			if (m->key_ino == n->key_ino && m->key_dev == n->key_dev)
-				twin = ovl_node_ino(m);
-	}
-	pthread_mutex_unlock(&fs->table_lock);
-	/* If the twin was forgotten meanwhile, its nodeid names nothing or a node that merely re-reads its attributes. */
-	if (twin && fs->se)
-		(void)fuse_lowlevel_notify_inval_inode(fs->se, twin, -1, 0);
+	pthread_mutex_lock(&ovl_fs->table_lock);
+	dev = n->key_dev;
+	ino = n->key_ino;
+	pthread_mutex_unlock(&ovl_fs->table_lock);
+	ovl_node_inval_identity(dev, ino);
 }
 
 void ovl_node_unhash_name(struct ovl_node *n, bool also_identity)

@@ -699,7 +699,17 @@ static int remove_upper(int pfd, const char *name, const struct ovl_res *res, bo
 	return 0;
 }
 
-static int do_remove(struct ovl_node *p, const char *name, bool dir)
+/* An object's identity in the node index (struct ovl_node's key). */
+struct identity {
+	dev_t dev;
+	ino_t ino;
+};
+
+/*
+ * Removes @p/@name. If other hard links keep the file, *ret_kept (if not NULL) gets its identity (else stays 0):
+ * the caller drops the cached attributes of its node once no lock is held.
+ */
+static int do_remove(struct ovl_node *p, const char *name, bool dir, struct identity *ret_kept)
 {
 	struct ovl_fs *fs = ovl_fs;
 	struct ovl_res res;
@@ -745,6 +755,10 @@ static int do_remove(struct ovl_node *p, const char *name, bool dir)
 	pthread_rwlock_unlock(&p->lock);
 	if (r >= 0)
 		drop_removed(p, name, keep_identity, &res);
+	if (r >= 0 && keep_identity && ret_kept) {
+		ret_kept->dev = res.key_dev;
+		ret_kept->ino = res.key_ino;
+	}
 out:
 	ovl_res_done(&res);
 	return r;
@@ -752,11 +766,19 @@ out:
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
+	struct identity kept = { 0 };
 	int r;
 
 	ovl_mutate_begin();
-	r = do_remove(ovl_node_from_ino(parent), name, false);
+	r = do_remove(ovl_node_from_ino(parent), name, false, &kept);
 	ovl_mutate_end();
+	/*
+	 * The kernel drops st_nlink of the inode this name led it to; the
+	 * file's other names may lead to another one (a node split by
+	 * passthrough.c), whose st_nlink is then stale. Attributes only.
+	 */
+	if (kept.ino)
+		ovl_node_inval_identity(kept.dev, kept.ino);
 	fuse_reply_err(req, -r);
 }
 
@@ -765,7 +787,7 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	int r;
 
 	ovl_mutate_begin();
-	r = do_remove(ovl_node_from_ino(parent), name, true);
+	r = do_remove(ovl_node_from_ino(parent), name, true, NULL);
 	ovl_mutate_end();
 	fuse_reply_err(req, -r);
 }

@@ -295,6 +295,12 @@ bool ovl_node_is_split(struct ovl_node *n);
  * attributes of the node that took its place, if any. No lock held.
  */
 void ovl_node_split_changed(struct ovl_node *n);
+/*
+ * Drops the kernel's cached attributes of the node indexed under the
+ * identity (@dev, @ino), if any: its st_nlink or ctime changed through a
+ * name that may lead the kernel to another inode (a split node). No lock held.
+ */
+void ovl_node_inval_identity(dev_t dev, ino_t ino);
 
 /* Removes @n from the name index, and from the identity index if @also_identity. */
 void ovl_node_unhash_name(struct ovl_node *n, bool also_identity);

@@ -228,16 +228,20 @@ def test_split_node_keeps_hard_links_coherent(fsenv):
     """A reader holds lower f open (passthrough to the lower file) while its hard link g is written: the
     writer's open gets a fresh node for the file (the old one keeps the reader). The old node must not
     live on as a second kernel inode of the same file: stat, reads, writes, chmod and link through the
-    name f, whose dentry still leads to the old node, agree with g at once, as on kernel overlayfs."""
+    names f and h, whose dentries still lead to the old node, agree with g at once (as on kernel overlayfs),
+    an unlink of h included."""
     require_passthrough()
     p, ro, lower = open_lower_file(fsenv)
     d = os.path.dirname(p)
     f, g = p, os.path.join(d, "g")
     try:
         os.link(f, g)
+        os.link(f, os.path.join(d, "h"))
         with open(g, "r+b") as w:
             w.write(b"B" * 20000)
         assert os.stat(f).st_size == os.stat(g).st_size == 20000, "stat through the old name is stale"
+        os.unlink(os.path.join(d, "h"))  # its dentry leads to the old node: the new one's st_nlink changes too
+        assert os.stat(g).st_nlink == os.stat(f).st_nlink == 2
         with open(f, "rb") as r:
             assert r.read() == b"B" * 20000
         assert os.pread(ro, 10, 0) == b"a" * 10, "the reader keeps its lower file"
