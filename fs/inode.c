@@ -83,6 +83,14 @@ static void name_unlink(struct ovl_fs *fs, struct ovl_node *n)
 	n->name_hashed = false;
 }
 
+static struct ovl_node *id_find_locked(struct ovl_fs *fs, dev_t dev, ino_t ino)
+{
+	for (struct ovl_node *n = fs->id_tab[hash_id(dev, ino) & (fs->tab_size - 1)]; n; n = n->id_next)
+		if (n->key_ino == ino && n->key_dev == dev)
+			return n;
+	return NULL;
+}
+
 static struct ovl_node *name_find_locked(struct ovl_fs *fs, struct ovl_node *parent, const char *name)
 {
 	for (struct ovl_node *n = fs->name_tab[hash_name(parent, name) & (fs->tab_size - 1)]; n; n = n->name_next)
@@ -354,9 +362,7 @@ int ovl_node_get(struct ovl_node *parent, const char *name, struct ovl_res *res,
 
 	pthread_mutex_lock(&fs->table_lock);
 	if (res->hashable) {
-		for (n = fs->id_tab[hash_id(res->key_dev, res->key_ino) & (fs->tab_size - 1)]; n; n = n->id_next)
-			if (n->key_ino == res->key_ino && n->key_dev == res->key_dev)
-				break;
+		n = id_find_locked(fs, res->key_dev, res->key_ino);
 		if (n && n->type != type) {
 			/* The identity was reused by an object of another type: forget the old mapping. */
 			id_unlink(fs, n);
@@ -543,33 +549,38 @@ bool ovl_node_is_split(struct ovl_node *n)
 	return n != &ovl_fs->root && atomic_load(&n->split);
 }
 
+/* Drops the kernel's cached attributes of @id (0: none). No lock held. */
+static void inval_attrs(fuse_ino_t id)
+{
+	/* If the node was forgotten meanwhile, its nodeid names nothing or a node that merely re-reads its attributes. */
+	if (id && ovl_fs->se)
+		(void)fuse_lowlevel_notify_inval_inode(ovl_fs->se, id, -1, 0);
+}
+
 void ovl_node_inval_identity(dev_t dev, ino_t ino)
 {
-	struct ovl_fs *fs = ovl_fs;
-	fuse_ino_t id = 0;
+	struct ovl_node *m;
+	fuse_ino_t id;
 
-	pthread_mutex_lock(&fs->table_lock);
-	for (struct ovl_node *m = fs->id_tab[hash_id(dev, ino) & (fs->tab_size - 1)]; m; m = m->id_next)
-		if (m->key_ino == ino && m->key_dev == dev)
-			id = ovl_node_ino(m);
-	pthread_mutex_unlock(&fs->table_lock);
-	/* If the node was forgotten meanwhile, its nodeid names nothing or a node that merely re-reads its attributes. */
-	if (id && fs->se)
-		(void)fuse_lowlevel_notify_inval_inode(fs->se, id, -1, 0);
+	pthread_mutex_lock(&ovl_fs->table_lock);
+	m = id_find_locked(ovl_fs, dev, ino);
+	id = m ? ovl_node_ino(m) : 0;
+	pthread_mutex_unlock(&ovl_fs->table_lock);
+	inval_attrs(id);
 }
 
 void ovl_node_split_changed(struct ovl_node *n)
 {
-	dev_t dev;
-	ino_t ino;
+	struct ovl_node *m;
+	fuse_ino_t id;
 
 	if (!ovl_node_is_split(n))
 		return;
 	pthread_mutex_lock(&ovl_fs->table_lock);
-	dev = n->key_dev;
-	ino = n->key_ino;
+	m = id_find_locked(ovl_fs, n->key_dev, n->key_ino);
+	id = m ? ovl_node_ino(m) : 0;
 	pthread_mutex_unlock(&ovl_fs->table_lock);
-	ovl_node_inval_identity(dev, ino);
+	inval_attrs(id);
 }
 
 void ovl_node_unhash_name(struct ovl_node *n, bool also_identity)

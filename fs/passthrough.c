@@ -172,15 +172,24 @@ static void backing_close(int32_t id)
  * Called, and returns, with pt_lock held.
  */
 #define PT_RELEASE_WAIT_MS 250
+static bool would_split(const struct ovl_node *n, dev_t dev, ino_t ino)
+{
+	const struct ovl_open *o = n->open;
+
+	return o && o->n_pt && !o->n_cached && !(o->dev == dev && o->ino == ino);
+}
+
 static void wait_pt_released(struct ovl_node *n, dev_t dev, ino_t ino)
 {
 	struct timespec until;
 
+	if (!would_split(n, dev, ino))
+		return; /* the common case: no clock read */
 	clock_gettime(CLOCK_MONOTONIC, &until);
 	until.tv_nsec += PT_RELEASE_WAIT_MS * 1000000L;
 	until.tv_sec += until.tv_nsec / 1000000000L;
 	until.tv_nsec %= 1000000000L;
-	while (n->open && n->open->n_pt && !n->open->n_cached && !(n->open->dev == dev && n->open->ino == ino))
+	while (would_split(n, dev, ino))
 		if (pthread_cond_timedwait(&pt_released, &pt_lock, &until) == ETIMEDOUT)
 			break;
 }

@@ -159,6 +159,15 @@ def open_lower_file(fsenv, opts=None):
     return p, ro, lower
 
 
+def require_passthrough():
+    """Skips unless draftfs is tested on a kernel with FUSE passthrough (Linux 6.9+)."""
+    fsutil.require_impl()
+    if fsutil.IMPL == "kernel":
+        pytest.skip("draftfs passthrough option")
+    if tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2]) < (6, 9):
+        pytest.skip("FUSE passthrough needs Linux 6.9 or later")
+
+
 @pytest.mark.parametrize("passthrough", ["upper", "off"])
 def test_open_fd_survives_copy_up(fsenv, passthrough):
     """With lower files read through the daemon, a read-only fd opened before a copy-up sees the new data."""
@@ -179,11 +188,7 @@ def test_passthrough_fd_across_copy_up(fsenv):
     """Default passthrough=all: an fd opened read-only on a lower file keeps the lower data after another
     fd copies the file up (as fuse-overlayfs does); the writer's open succeeds, every new open sees the new
     data, the lower file is never written, and a writable reopen of the old fd through /proc fails with ESTALE."""
-    fsutil.require_impl()
-    if fsutil.IMPL == "kernel":
-        pytest.skip("draftfs passthrough option")
-    if tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2]) < (6, 9):
-        pytest.skip("FUSE passthrough needs Linux 6.9 or later")
+    require_passthrough()
     p, ro, lower = open_lower_file(fsenv)
     try:
         with open(p, "r+b") as f:
@@ -214,14 +219,6 @@ def test_passthrough_fd_across_copy_up(fsenv):
         os.close(fd)
     with open(p, "rb") as g:
         assert g.read(12) == b"MAPBBBBBBBaa"
-
-
-def require_passthrough():
-    fsutil.require_impl()
-    if fsutil.IMPL == "kernel":
-        pytest.skip("draftfs passthrough option")
-    if tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2]) < (6, 9):
-        pytest.skip("FUSE passthrough needs Linux 6.9 or later")
 
 
 def test_split_node_keeps_hard_links_coherent(fsenv):
