@@ -21,6 +21,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "acl.h"
 #include "bgfill.h"
 #include "fdpath.h"
 #include "macro.h"
@@ -383,7 +384,8 @@ int ovl_prepare_create(fuse_req_t req, struct ovl_node *p, const char *name, str
 	struct stat pst;
 	int r;
 
-	c->pfd = -1;
+	c->req = req;
+	c->pfd = c->wfd = -1;
 	if (strlen(name) > NAME_MAX)
 		return -ENAMETOOLONG;
 	if (o->read_only)
@@ -429,6 +431,13 @@ int ovl_prepare_create(fuse_req_t req, struct ovl_node *p, const char *name, str
 		if (merged)
 			strcpy(c->origin, "v1 none");
 	}
+	if (c->over_whiteout && req) {
+		r = ovl_acl_inherit_dir(c->pfd, c->wname);
+		if (r >= 0)
+			c->wfd = r;
+		else if (r != -ENODATA)
+			return r;
+	}
 	if (fstatat(c->pfd, "", &pst, AT_EMPTY_PATH) < 0)
 		return -errno;
 	c->uid = ctx ? ovl_idmap_to_disk(&o->uidmap, ctx->uid) : (uid_t)-1;
@@ -448,14 +457,41 @@ void ovl_create_set_origin(const struct ovl_create *c, int dir, const char *name
 
 int ovl_finish_create(struct ovl_create *c, const char *name, const char *tmp, bool is_dir)
 {
+	int w = ovl_create_work_fd(c);
+
 	if (!c->over_whiteout)
 		return 0;
 	if (!is_dir)
-		return renameat(ovl_fs->workwork_fd, tmp, c->pfd, name) < 0 ? -errno : 0;
-	if (renameat2(ovl_fs->workwork_fd, tmp, c->pfd, name, RENAME_EXCHANGE) < 0)
+		return renameat(w, tmp, c->pfd, name) < 0 ? -errno : 0;
+	if (renameat2(w, tmp, c->pfd, name, RENAME_EXCHANGE) < 0)
 		return -errno;
-	(void)unlinkat(ovl_fs->workwork_fd, tmp, 0); /* the old whiteout */
+	(void)unlinkat(w, tmp, 0); /* the old whiteout */
 	return 0;
+}
+
+void ovl_create_done(struct ovl_create *c)
+{
+	c->pfd = safe_close(c->pfd);
+	if (c->wfd >= 0) {
+		c->wfd = safe_close(c->wfd);
+		(void)ovl_core_rm_rf_at(ovl_fs->workwork_fd, c->wname);
+	}
+}
+
+int ovl_create_special_bits(int fd, const char *at, mode_t mode)
+{
+	struct stat st;
+	int r;
+
+	if (!(mode & 07000))
+		return 0;
+	r = at ? fstatat(fd, at, &st, AT_SYMLINK_NOFOLLOW) : fstat(fd, &st);
+	if (r < 0)
+		return -errno;
+	/* The permission bits stay as the create made them (the umask or a default ACL had their say). */
+	mode = (st.st_mode & 07777) | (mode & 07000);
+	r = at ? fchmodat(fd, at, mode, 0) : fchmod(fd, mode);
+	return r < 0 ? -errno : 0;
 }
 
 /* Creates a non-regular object (dir, node, symlink) per @kind. Returns 0 or -errno. */
@@ -466,11 +502,14 @@ static int create_object(struct ovl_create *c, const char *name, mode_t mode, de
 	const char *at = name;
 	int r;
 
+	bool um;
+
 	if (c->over_whiteout) {
 		ovl_tmp_name(tmp);
-		dir = ovl_fs->workwork_fd;
+		dir = ovl_create_work_fd(c);
 		at = tmp;
 	}
+	um = !link && ovl_umask_begin(c->req, &mode);
 	if (S_ISDIR(mode))
 		r = mkdirat(dir, at, mode & 07777);
 	else if (link)
@@ -478,14 +517,18 @@ static int create_object(struct ovl_create *c, const char *name, mode_t mode, de
 	else
 		r = mknodat(dir, at, mode, rdev);
 	if (r < 0)
-		return -errno;
+		r = -errno;
+	ovl_umask_end(um);
+	if (r < 0)
+		return r;
 	if ((c->uid != 0 || c->gid != 0) && fchownat(dir, at, c->uid, c->gid, AT_SYMLINK_NOFOLLOW) < 0) {
 		r = -errno;
 		goto fail;
 	}
-	if (!link && (mode & 06000) && fchmodat(dir, at, mode & 07777, 0) < 0) {
-		r = -errno;
-		goto fail;
+	if (!link && (mode & 06000)) {
+		r = ovl_create_special_bits(dir, at, mode & 06000);
+		if (r < 0)
+			goto fail;
 	}
 	if (c->over_whiteout && S_ISDIR(mode)) {
 		r = ovl_lsetxattr_at(dir, at, OVL_XATTR_OPAQUE, "y", 1, 0);
@@ -562,7 +605,7 @@ static void do_create_object(fuse_req_t req, fuse_ino_t parent, const char *name
 	/* The new object's node from what we know of it, not a second resolution across the layers. */
 	if (r >= 0)
 		r = ovl_new_node(p, name, c.pfd, c.over_whiteout, &n, &st);
-	safe_close(c.pfd);
+	ovl_create_done(&c);
 	ovl_mutate_end();
 	if (r < 0)
 		fuse_reply_err(req, -r);
@@ -816,7 +859,7 @@ static int do_link(struct ovl_node *n, struct ovl_node *np, const char *name)
 	dir = c.pfd;
 	if (c.over_whiteout) {
 		ovl_tmp_name(tmp);
-		dir = ovl_fs->workwork_fd;
+		dir = ovl_create_work_fd(&c);
 		at = tmp;
 	}
 	if (linkat(fd, "", dir, at, AT_EMPTY_PATH) < 0) {
@@ -830,7 +873,7 @@ static int do_link(struct ovl_node *n, struct ovl_node *np, const char *name)
 	if (r < 0)
 		(void)unlinkat(dir, at, 0);
 out:
-	safe_close(c.pfd);
+	ovl_create_done(&c);
 	return r;
 }
 

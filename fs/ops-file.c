@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "acl.h"
 #include "bgfill.h"
 #include "fdpath.h"
 #include "finalize.h"
@@ -205,6 +206,7 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 	char tmp[64] = "";
 	int r, fd = -1, dir;
 	const char *at = name;
+	bool um;
 
 	ovl_mutate_begin();
 	r = ovl_prepare_create(req, p, name, &c);
@@ -212,16 +214,18 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 		dir = c.pfd;
 		if (c.over_whiteout) {
 			ovl_tmp_name(tmp);
-			dir = ovl_fs->workwork_fd;
+			dir = ovl_create_work_fd(&c);
 			at = tmp;
 		}
+		um = ovl_umask_begin(req, &mode);
 		fd = openat(dir, at, open_flags(fi->flags) | O_CREAT | O_EXCL | O_NOFOLLOW, mode & 07777);
-		if (fd < 0) {
+		r = fd < 0 ? -errno : 0;
+		ovl_umask_end(um);
+		if (r >= 0 && (c.uid != 0 || c.gid != 0) && fchown(fd, c.uid, c.gid) < 0)
 			r = -errno;
-		} else if (((c.uid != 0 || c.gid != 0) && fchown(fd, c.uid, c.gid) < 0) ||
-			   ((mode & 06000) && fchmod(fd, mode & 07777) < 0)) {
-			r = -errno;
-		} else {
+		if (r >= 0)
+			r = ovl_create_special_bits(fd, NULL, mode & 06000);
+		if (r >= 0) {
 			ovl_create_set_origin(&c, dir, at, fd);
 			r = ovl_finish_create(&c, name, tmp, false);
 		}
@@ -233,7 +237,7 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 		if (r >= 0)
 			r = ovl_new_node(p, name, c.pfd, false, &n, &st);
 	}
-	safe_close(c.pfd);
+	ovl_create_done(&c);
 	ovl_mutate_end();
 	if (r >= 0) {
 		r = new_fh(fd, false, fi);
@@ -657,6 +661,7 @@ void ovl_op_init(void *userdata, struct fuse_conn_info *conn)
 	/* readdirplus for every batch, not only the first: a stat walk then costs no LOOKUP per entry */
 	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 	conn->want &= ~(FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS); /* the kernel keeps locks locally */
+	ovl_acl_init(conn);
 	/* Zero-message opendir (ovl_op_opendir): no OPENDIR and RELEASEDIR round trips per directory read. */
 	ovl_fs->no_opendir = (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
 	conn->max_write = 1024 * 1024;

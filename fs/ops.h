@@ -41,7 +41,10 @@ static inline bool ovl_fh_is_lower(struct fuse_file_info *fi)
 
 /* State of a create-like request: the parent's upper fd and the new owner. */
 struct ovl_create {
+	fuse_req_t req;      /* the caller's (its umask), NULL for a link */
 	int pfd;             /* owned: dup of the parent's upper dir */
+	int wfd;             /* owned, -1 for work/: where to build over a whiteout (ovl_create_work_fd) */
+	char wname[64];      /* that dir's name in work/ (fs/acl.h, ovl_acl_inherit_dir) */
 	uid_t uid;           /* on-disk owner, (uid_t)-1 to keep root */
 	gid_t gid;
 	bool over_whiteout;  /* the name holds a whiteout: build in work/ and rename over it */
@@ -53,10 +56,18 @@ void ovl_create_set_origin(const struct ovl_create *c, int dir, const char *name
 
 /*
  * Checks that @name can be created in @p (not in the view, valid), copies
- * @p up and fills @c. @req gives the caller's ids (NULL: keep root's).
- * Returns 0 or -errno; c->pfd must be closed by the caller in any case.
+ * @p up and fills @c. @req gives the caller's ids and umask (NULL: keep
+ * root's, a link). Returns 0 or -errno; ovl_create_done() in any case.
  */
 int ovl_prepare_create(fuse_req_t req, struct ovl_node *p, const char *name, struct ovl_create *c);
+void ovl_create_done(struct ovl_create *c);
+/* The dir to build in when c->over_whiteout: work/, or one that carries the parent's default ACL. */
+static inline int ovl_create_work_fd(const struct ovl_create *c)
+{
+	return c->wfd >= 0 ? c->wfd : ovl_fs->workwork_fd;
+}
+/* Sets the setuid/setgid/sticky bits of @mode on the new object @fd/@at (@at NULL: @fd itself), keeping the permissions it got. */
+int ovl_create_special_bits(int fd, const char *at, mode_t mode);
 /* Moves work/@tmp over the whiteout at @name when c->over_whiteout. Returns 0 or -errno. */
 int ovl_finish_create(struct ovl_create *c, const char *name, const char *tmp, bool is_dir);
 /* Creates in the work dir a whiteout carrying the origin record for replacing @res. Returns 0 or -errno. */

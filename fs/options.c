@@ -308,6 +308,19 @@ static int parse_one(struct ovl_options *o, char *opt, char *err, size_t errlen)
 			return fail(err, errlen, "invalid metacopy '%s': expected on or off", v);
 		return 0;
 	}
+	if (strcmp(opt, "acl") == 0) {
+		if (v && (strcmp(v, "off") == 0 || strcmp(v, "0") == 0))
+			o->acl = false;
+		else if (!v || strcmp(v, "on") == 0 || strcmp(v, "1") == 0)
+			o->acl = true;
+		else
+			return fail(err, errlen, "invalid acl '%s': expected on or off", v);
+		return 0;
+	}
+	if (!v && strcmp(opt, "noacl") == 0) { /* fuse-overlayfs' spelling */
+		o->acl = false;
+		return 0;
+	}
 	if (strcmp(opt, "writeback") == 0 || strcmp(opt, "fsync") == 0) {
 		if (parse_bool(v, opt[0] == 'w' ? &o->writeback : &o->fsync) < 0)
 			return fail(err, errlen, "invalid %s '%s': expected 0 or 1", opt, v);
@@ -380,6 +393,7 @@ int ovl_options_parse(int argc, char **argv, struct ovl_options *o, char *err, s
 	o->writeback = false; /* kernel-side mtimes are never written back to us: see docs/fs.md */
 	o->fsync = true;
 	o->metacopy = true;
+	o->acl = true;
 	o->bgfill = (uint64_t)64 << 20;
 	o->passthrough = OVL_PT_ALL;
 	o->uring = OVL_URING_AUTO;

@@ -69,6 +69,7 @@ struct ovl_options {
 	uint8_t uring;        /* enum ovl_uring: request transport (default auto) */
 	bool fsync;           /* honour fsync requests (default true) */
 	bool metacopy;        /* metadata-only copy-up of regular files (default true), see fs/metacopy.h */
+	bool acl;             /* POSIX ACLs kept and enforced by the kernel (default true), see fs/acl.h */
 	bool read_only;
 	unsigned threads;     /* max /dev/fuse worker threads; io_uring: spread over the queues, at least 2 each */
 	uint64_t quota_bytes, quota_inodes; /* 0 = unlimited */
@@ -199,6 +200,7 @@ struct ovl_fs {
 	struct fuse_session *se;
 	double timeout;
 	bool no_opendir;       /* the kernel sends no OPENDIR/RELEASEDIR (we answered the first with ENOSYS) */
+	bool posix_acl;        /* FUSE_POSIX_ACL and FUSE_DONT_MASK negotiated (fs/acl.h) */
 	uint64_t dir_key[2];   /* per-mount secret of the directory offsets (fs/dir.c) */
 
 	pthread_mutex_t table_lock;

@@ -5,7 +5,8 @@
  * cannot be read, set or removed (EOPNOTSUPP, as kernel overlayfs does),
  * except trusted.draftbox.control on the root, which tells root on the host
  * where the control socket is. Changing an xattr of a lower object copies
- * it up first.
+ * it up first. The uids and gids in ACL xattrs are mapped like st_uid and
+ * st_gid (fs/acl.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "acl.h"
 #include "bgfill.h"
 #include "macro.h"
 #include "ops.h"
@@ -93,6 +95,8 @@ void ovl_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t si
 		return;
 	}
 	len = top_getxattr(n, name, buf, MIN(size, (size_t)XATTR_MAX_VALUE));
+	if (len > 0 && ovl_acl_is_name(name))
+		(void)ovl_acl_map_ids(buf, (size_t)len, false); /* not an ACL: as it is, the kernel says what it thinks */
 	if (len < 0)
 		fuse_reply_err(req, (int)-len);
 	else
@@ -149,6 +153,7 @@ void ovl_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const cha
 {
 	struct ovl_node *n = ovl_node_from_ino(ino);
 	_cleanup_close_ int fd = -1;
+	_cleanup_free_ char *mapped = NULL;
 	int r;
 
 	if (ovl_xattr_is_private(name)) {
@@ -158,6 +163,21 @@ void ovl_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const cha
 	if (ovl_fs->opt->read_only) {
 		fuse_reply_err(req, EROFS);
 		return;
+	}
+	if (ovl_acl_is_name(name) && size > 0) {
+		/* The ids in an ACL are the view's: store the disk's, as for st_uid. */
+		mapped = malloc(size);
+		if (!mapped) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		memcpy(mapped, value, size);
+		r = ovl_acl_map_ids(mapped, size, true);
+		if (r < 0) {
+			fuse_reply_err(req, -r);
+			return;
+		}
+		value = mapped;
 	}
 	ovl_mutate_begin();
 	r = ovl_copy_up(n);

@@ -162,6 +162,24 @@ static void test_errors(void)
 	ok(strstr(err, "invalid uring 'maybe'") != NULL, "error quotes the value: %s", err);
 	ovl_options_free(&o);
 
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,acl=maybe", "/m", NULL);
+	is_int(r, -EINVAL, "bad acl value rejected");
+	ok(strstr(err, "invalid acl 'maybe': expected on or off") != NULL, "error quotes the value: %s", err);
+	ovl_options_free(&o);
+
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w", "/m", NULL);
+	is_int(r, 0, "defaults parse");
+	ok(o.acl, "acl on by default");
+	ovl_options_free(&o);
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,noacl", "/m", NULL);
+	is_int(r, 0, "noacl parses");
+	ok(!o.acl, "noacl (fuse-overlayfs' spelling) turns ACLs off");
+	ovl_options_free(&o);
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,acl=off", "/m", NULL);
+	is_int(r, 0, "acl=off parses");
+	ok(!o.acl, "acl=off turns ACLs off");
+	ovl_options_free(&o);
+
 	r = parse(&o, err, "-x", "-o", "lowerdir=/l,upperdir=/u,workdir=/w", "/m");
 	is_int(r, -EINVAL, "unknown flag rejected");
 	ovl_options_free(&o);
