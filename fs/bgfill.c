@@ -16,6 +16,7 @@
  * put back to what the view last made them (@shown: read at the start,
  * and again after each change through the view, under the lock).
  */
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -90,6 +91,25 @@ static void chunk_mark(struct ovl_bgfill *bf, size_t c)
 	bf->left--;
 }
 
+/*
+ * Writes the chunk map and the fill end beside the file (OVL_XATTR_BGFILL_MAP),
+ * so that a daemon killed now leaves the next one a file whose chunks in
+ * need no copy: what the view wrote there stays. Lock held (or no other
+ * reference yet). Always the same size: a rewrite needs no new room.
+ */
+static int map_store(struct ovl_bgfill *bf)
+{
+	size_t len = (bf->nchunks + 7) / 8;
+	_cleanup_free_ uint8_t *v = malloc(sizeof(struct ovl_bgfill_map_hdr) + len);
+	struct ovl_bgfill_map_hdr h = { .end = htole64((uint64_t)bf->end), .chunk = htole64((uint64_t)bf->chunk) };
+
+	if (!v)
+		return -ENOMEM;
+	memcpy(v, &h, sizeof(h));
+	memcpy(v + sizeof(h), bf->map, len);
+	return fsetxattr(bf->ufd, OVL_XATTR_BGFILL_MAP, v, sizeof(h) + len, 0) < 0 ? -errno : 0;
+}
+
 /* Copies chunk @c from below, up to @end (the fill end when the copy began). */
 static int chunk_copy(struct ovl_bgfill *bf, size_t c, off_t end)
 {
@@ -98,19 +118,25 @@ static int chunk_copy(struct ovl_bgfill *bf, size_t c, off_t end)
 	return ovl_copy_range(bf->lfd, bf->ufd, from, MIN(from + bf->chunk, end), bf->sparse);
 }
 
-/* After a copy: the error, or the chunk marked in; the file's times, mode and capabilities put back. Lock held. */
+/*
+ * After a copy: the error, or the chunk marked in (on disk too, before the
+ * lock lets a request write there); the file's times, mode and
+ * capabilities put back. Lock held.
+ */
 static int chunk_done_copy(struct ovl_bgfill *bf, size_t c, int r)
 {
-	int q = ovl_keep_apply(bf->ufd, &bf->shown);
+	int q;
 
+	if (r >= 0) {
+		chunk_mark(bf, c);
+		r = map_store(bf);
+	}
+	q = ovl_keep_apply(bf->ufd, &bf->shown);
 	if (r >= 0)
 		r = q;
-	if (r < 0) {
+	if (r < 0)
 		atomic_store(&bf->err, r);
-		return r;
-	}
-	chunk_mark(bf, c);
-	return 0;
+	return r;
 }
 
 static void wait_idle(struct ovl_bgfill *bf)
@@ -383,6 +409,11 @@ int ovl_bgfill_begin(int ufd, int lfd, off_t size)
 	pthread_cond_init(&bf->idle, NULL);
 	/* Marked before anything is written to it: a daemon killed meanwhile leaves a file the next one recovers. */
 	r = raise_flag();
+	if (r >= 0) {
+		r = map_store(bf);
+		if (r == -ENOSPC || r == -E2BIG || r == -ERANGE)
+			r = -EAGAIN; /* no room beside the file for a map this big: copy at once */
+	}
 	if (r >= 0 && fsetxattr(u, OVL_XATTR_BGFILL, ovl_boot_id(), OVL_BOOT_ID_LEN, 0) < 0)
 		r = -errno;
 	if (r >= 0)
@@ -555,6 +586,12 @@ int ovl_bgfill_truncate_locked(struct ovl_bgfill *bf, int fd, off_t size)
 		bf->left = 0;
 		for (size_t c = 0; c < bf->nchunks && (off_t)c * bf->chunk < size; c++)
 			bf->left += !chunk_done(bf, c);
+		/* Before the truncate: a daemon killed after it must not bring back data from below past @size. */
+		r = map_store(bf);
+		if (r < 0) {
+			atomic_store(&bf->err, r);
+			return r;
+		}
 	}
 	if (ftruncate(fd, size) < 0)
 		return -errno;

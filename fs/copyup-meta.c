@@ -103,9 +103,29 @@ int ovl_metacopy_fill(int fd, int data_fd, off_t size, bool writeback)
 	return r < 0 ? r : q;
 }
 
+/* A chunk not in was never written through the view (a request copies a chunk first): a hole, so holes of @data stay. */
+int ovl_metacopy_fill_chunks(int fd, int data, off_t end, off_t chunk, const uint8_t *map)
+{
+	struct ovl_keep k;
+	struct stat dst;
+	bool sparse;
+	int r, q;
+
+	if (fstat(data, &dst) < 0)
+		return -errno;
+	sparse = (off_t)dst.st_blocks * 512 < dst.st_size;
+	r = ovl_keep_save(fd, &k);
+	for (off_t c = 0; r >= 0 && c * chunk < end; c++)
+		if (!(map[c / 8] & (1u << (c % 8))))
+			r = ovl_copy_range(data, fd, c * chunk, MIN((c + 1) * chunk, end), sparse);
+	q = ovl_keep_restore(fd, &k);
+	return r < 0 ? r : q;
+}
+
 int ovl_metacopy_make_plain(int fd, bool sync)
 {
-	static const char *const names[] = { OVL_XATTR_METACOPY, OVL_XATTR_MC_REDIRECT, OVL_XATTR_FILLED, OVL_XATTR_BGFILL };
+	static const char *const names[] = { OVL_XATTR_METACOPY, OVL_XATTR_MC_REDIRECT, OVL_XATTR_FILLED, OVL_XATTR_BGFILL,
+					     OVL_XATTR_BGFILL_MAP };
 
 	/* The data must be on disk before the file stops pointing below for it. */
 	if (sync && fdatasync(fd) < 0)

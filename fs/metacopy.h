@@ -29,6 +29,16 @@
 #define OVL_XATTR_FILLED "trusted.draftbox.filled"
 /* On a metacopy being filled in the background (fs/bgfill.h): this boot's id. */
 #define OVL_XATTR_BGFILL "trusted.draftbox.bgfill"
+/*
+ * Beside it, which chunks are in, kept up to date under the file's lock
+ * before a request may write to a chunk: struct ovl_bgfill_map_hdr
+ * (little-endian), then a bit per chunk (bit c % 8 of byte c / 8).
+ */
+#define OVL_XATTR_BGFILL_MAP "trusted.draftbox.bgfill.map"
+struct ovl_bgfill_map_hdr {
+	uint64_t end;   /* the fill end: the data below ends here for this file (a truncate lowers it) */
+	uint64_t chunk; /* bytes per chunk */
+};
 #define OVL_BOOT_ID_LEN 36
 
 /* The longest redirect draftfs writes, '/' included: kernel overlayfs follows none longer (its redirect_max default). */
@@ -84,6 +94,12 @@ ssize_t ovl_xattr_at(int dir_fd, const char *name, const char *xname, void *valu
  * fill-marker xattrs, metacopy first. Both return 0 or -errno.
  */
 int ovl_metacopy_fill(int fd, int data_fd, off_t size, bool writeback);
+/*
+ * Copies into the metacopy @fd, from @data_fd, the chunks below @end that
+ * @map (a bit per @chunk bytes, OVL_XATTR_BGFILL_MAP) says are not in yet,
+ * keeping its size, times, mode and capabilities. Returns 0 or -errno.
+ */
+int ovl_metacopy_fill_chunks(int fd, int data_fd, off_t end, off_t chunk, const uint8_t *map);
 int ovl_metacopy_make_plain(int fd, bool sync);
 
 /*

@@ -250,30 +250,62 @@ def killed_mid_copy(fsenv, writes):
     return lower, m, up
 
 
+def patched(base, writes):
+    out = bytearray(base)
+    for off, buf in writes:
+        out[off:off + len(buf)] = buf
+    return bytes(out)
+
+
 def test_kill_during_the_copy(fsenv):
-    """On disk the file stays a kernel metacopy until the copy ends; the next mount fills it whole from below
-    before it serves anything: what the view wrote past the lower file's end stays, writes within it are lost
-    (never synced), the file is never half copied."""
-    lower, m, up = killed_mid_copy(fsenv, [(0, b"lost"), (SIZE, b"+kept")])
+    """On disk the file stays a kernel metacopy until the copy ends, with a map of the chunks copied so far; the
+    next mount copies in the rest before it serves anything. Nothing the view wrote is lost: not past the lower
+    file's end, not in a chunk the copy had done, not in one a write copied out of order. Never half copied."""
+    writes = [(0, b"kept at 0"), (40 * MiB + 5, b"kept in a chunk copied out of order"), (SIZE, b"+kept")]
+    lower, m, up = killed_mid_copy(fsenv, writes)
     assert xattr(up, MC) is not None and xattr(up, "trusted.draftbox.bgfill") == boot_id()
+    assert xattr(up, "trusted.draftbox.bgfill.map") is not None
     assert os.path.exists(os.path.join(m.work, "draftfs", "bgfill"))
     m = fsenv.mount("draftfs", [lower], upper=m.upper, work=m.work, opts=OPTS)
     assert xattr(up, MC) is None and xattr(up, "trusted.draftbox.bgfill") is None
-    assert read(os.path.join(m.path, "big.bin")) == data() + b"+kept"
+    assert xattr(up, "trusted.draftbox.bgfill.map") is None
+    want = patched(data(), writes)
+    assert read(os.path.join(m.path, "big.bin")) == want
     assert not os.path.exists(os.path.join(m.work, "draftfs", "bgfill"))
     with open(os.path.join(m.path, "big.bin"), "ab") as f:
         f.write(b"!")
     m.stop()
-    assert read(up) == data() + b"+kept!"
+    assert read(up) == want + b"!"
+    assert xattr(up, MC) is None
+
+
+def test_kill_after_a_truncate_during_the_copy(fsenv):
+    """A truncate lowers the fill end on disk too: after a kill, what the truncate cut and a regrow made zeros
+    stays zeros, not the data below."""
+    lower, m, v, up = mount_big(fsenv)
+    with open(v, "r+b") as f:
+        f.truncate(30 * MiB + 3)
+        f.truncate(SIZE)
+        f.seek(MiB)
+        f.write(b"mine")
+    assert filling(up)
+    m.kill()
+    m.stop(check=False)
+    m = fsenv.mount("draftfs", [lower], upper=m.upper, work=m.work, opts=OPTS)
+    want = patched(data()[:30 * MiB + 3] + bytes(SIZE - 30 * MiB - 3), [(MiB, b"mine")])
+    got = read(os.path.join(m.path, "big.bin"))
+    assert len(got) == SIZE and got == want, "first difference at %d" % next(
+        (i for i in range(min(len(got), len(want))) if got[i] != want[i]), -1)
     assert xattr(up, MC) is None
 
 
 def test_kill_marker_of_another_boot(fsenv):
     """After a reboot the page cache is gone: a metacopy left by a background fill stays one (the lower data)."""
-    lower, m, up = killed_mid_copy(fsenv, [(0, b"lost")])
+    lower, m, up = killed_mid_copy(fsenv, [(0, b"gone after a reboot")])
     os.setxattr(up, "trusted.draftbox.bgfill", b"00000000-0000-0000-0000-000000000000")
     m = fsenv.mount("draftfs", [lower], upper=m.upper, work=m.work, opts=OPTS)
     assert xattr(up, MC) is not None and xattr(up, "trusted.draftbox.bgfill") is None
+    assert xattr(up, "trusted.draftbox.bgfill.map") is None
     assert read(os.path.join(m.path, "big.bin")) == data()
 
 
