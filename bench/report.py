@@ -138,8 +138,16 @@ def summarize(res):
     return s
 
 
-EXTRA_NOTE = ("* not in the geomean, the worst case or the fo-fast comparison: fo-fast runs with fsync=0, "
-              "which ignores the fsync")
+EXTRA_WHY = {
+    "copy_up_big_fsync": "fo-fast runs with fsync=0, which ignores the fsync",
+    "ls_l_1": "not one of the issue's workloads",
+    "ls_l_2": "not one of the issue's workloads",
+}
+
+
+def extra_note(s):
+    return "* not in the geomean, the worst case or the fo-fast comparison: " + "; ".join(
+        "%s (%s)" % (p, EXTRA_WHY.get(p, "reported only")) for p in sorted(s["extra"]))
 
 
 def _f(x, fmt="%.3f"):
@@ -183,7 +191,7 @@ def render_text(res, s):
         out.append("%-*s" % (w, p) + "".join("%*s" % (cw, _f(x, "%.2fx")) for x in rat))
     out.append("%-*s" % (w, "geomean") + "".join("%*s" % (cw, _f(s["geomean"][i], "%.2fx")) for i in impls))
     if s.get("extra"):
-        out.append(EXTRA_NOTE)
+        out.append(extra_note(s))
     out.append("")
     if s.get("vs_fo_fast"):
         out.append("draftfs / fo-fast (median of per-repetition ratios)")
@@ -267,7 +275,7 @@ def render_markdown(res, s):
                + " | ".join(_f(s["geomean"][i], "**%.2fx**") for i in impls if i != "ovl") + " |")
     out.append("")
     if s.get("extra"):
-        out.append(EXTRA_NOTE)
+        out.append(extra_note(s))
         out.append("")
     if s.get("vs_fo_fast"):
         out.append("draftfs / fo-fast, pair by pair within a repetition (median): "

@@ -114,6 +114,12 @@ def all_workloads(man, jobs):
         Workload("copy_up_big_fsync", [("copy_up_big_fsync", _sh("printf x >> big.bin && sync big.bin"))], True,
                  "append one byte to the %d MiB lower file, then fsync it (sync FILE)" % mib, check_copyup,
                  extra=True),
+        # What an agent's `ls -l` costs: an lstat and two xattr reads per entry (security.selinux and the
+        # access ACL), the ACL from the kernel's cache on the second run where the FUSE daemon negotiated
+        # POSIX ACLs. Not one of the workloads: reported only.
+        Workload("ls_l", [("ls_l_1", _sh("ls -lR src >/dev/null")), ("ls_l_2", _sh("ls -lR src >/dev/null"))],
+                 False, "ls -lR of src/ (%d entries), first then second run in the same mount" % sz["src_files"],
+                 extra=True),
         Workload("rm_tree", [("rm_tree", ["rm", "-rf", "vendor"])], True,
                  "rm -rf of a lower dir of %d entries" % man["vendor_entries"], check_rm),
         Workload("untar", [("untar", _sh("mkdir untar && tar xf '%s' -C untar" % man["untar"]))], True,
