@@ -652,8 +652,10 @@ void ovl_node_invalidate_subtree(struct ovl_node *n)
 
 	pthread_mutex_lock(&fs->table_lock);
 	FOREACH_NODE(fs, d)
-		if (d == n || is_descendant(d, n))
+		if (d == n || is_descendant(d, n)) {
 			atomic_store(&d->stale, true); /* re-resolved by name at the next access */
+			atomic_fetch_add(&d->gen, 1);  /* its writable handles too, at their next write */
+		}
 	pthread_mutex_unlock(&fs->table_lock);
 }
 

@@ -301,8 +301,10 @@ static int setattr_fd(struct ovl_node *n, int fd, int hfd, struct ovl_bgfill *bf
 static int do_setattr(struct ovl_node *n, struct stat *attr, int to_set, struct fuse_file_info *fi)
 {
 	int hfd = fi ? ovl_fh_fd(fi) : -1;
-	int r;
+	int r = fi ? ovl_fh_rebind(n, fi) : 0;
 
+	if (r < 0)
+		return r;
 	if (to_set & FUSE_SET_ATTR_SIZE) {
 		if (!S_ISREG(n->type))
 			return n->type == S_IFDIR ? -EISDIR : -EINVAL;

@@ -21,7 +21,10 @@
 #include "ops.h"
 #include "ovl.h"
 
-static int new_fh(int fd, bool lower, struct fuse_file_info *fi)
+static int open_flags(int flags);
+
+/* A handle on @fd for @fi, of the node's generation @gen (read with ovl_mutate_begin() held for a writable open). */
+static int new_fh(int fd, bool lower, unsigned gen, struct fuse_file_info *fi)
 {
 	struct ovl_fh *fh = malloc(sizeof(*fh));
 
@@ -30,6 +33,8 @@ static int new_fh(int fd, bool lower, struct fuse_file_info *fi)
 	fh->fd = fd;
 	fh->bf = lower ? NULL : ovl_bgfill_get(fd);
 	fh->lower = lower;
+	fh->wflags = (fi->flags & O_ACCMODE) == O_RDONLY ? -1 : open_flags(fi->flags & ~O_TRUNC);
+	atomic_init(&fh->gen, gen);
 	fi->fh = (uint64_t)(uintptr_t)fh;
 	return 0;
 }
@@ -108,6 +113,7 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	bool lower = false, lower_hardlink = false, split = false;
 	struct ovl_bgfill *bf = NULL;
 	int r = 0, fd = -1;
+	unsigned gen = 0;
 
 	ovl_node_maybe_evict(); /* re-resolving evicted nodes takes fds too */
 	if (ovl_node_is_split(n)) {
@@ -121,6 +127,7 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			return;
 		}
 		ovl_mutate_begin();
+		gen = atomic_load(&n->gen); /* no commit or discard until ovl_mutate_end() */
 		pthread_rwlock_rdlock(&n->lock);
 		if (n->upper_fd < 0 && n->lower_fd >= 0) {
 			struct stat lst;
@@ -171,7 +178,7 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (write)
 		ovl_mutate_end();
 	if (r >= 0)
-		r = new_fh(fd, lower, fi);
+		r = new_fh(fd, lower, gen, fi);
 	if (r >= 0) {
 		r = ovl_pt_open(n, fd, write, (struct ovl_fh *)(uintptr_t)fi->fh);
 		split = r == -ESTALE;
@@ -206,6 +213,7 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 	char tmp[64] = "";
 	int r, fd = -1, dir;
 	const char *at = name;
+	unsigned gen = 0;
 	bool um;
 
 	ovl_mutate_begin();
@@ -236,11 +244,13 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 		/* The new file's node from what we know of it, not a second resolution across the layers. */
 		if (r >= 0)
 			r = ovl_new_node(p, name, c.pfd, false, &n, &st);
+		if (r >= 0)
+			gen = atomic_load(&n->gen);
 	}
 	ovl_create_done(&c);
 	ovl_mutate_end();
 	if (r >= 0) {
-		r = new_fh(fd, false, fi);
+		r = new_fh(fd, false, gen, fi);
 		/* A new node has no open files: never -ESTALE here, and a writable open is always cached. */
 		if (r >= 0 && (r = ovl_pt_open(n, fd, true, (struct ovl_fh *)(uintptr_t)fi->fh)) < 0)
 			free_fh(fi);
@@ -310,6 +320,55 @@ void ovl_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct 
 	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 }
 
+/*
+ * A commit or discard on the live mount moves or drops upper objects under
+ * open files (the commit copies the data into the workspace and removes the
+ * upper entry; a discard removes it), and changed() bumps the gen of the
+ * nodes it touched. A writable handle must then write where the view shows
+ * the file, not into the removed object: the file is copied up again (from
+ * the workspace after a commit, from below after a discard) and the handle
+ * moves onto the new upper object behind the same fd number, as read_fd()
+ * does for a copy-up. The next diff shows the write. Once the name has left
+ * the view (a new file discarded), the handle keeps its object, as an
+ * unlinked file's does. Rare: a global lock serialises rebinds.
+ */
+int ovl_fh_rebind(struct ovl_node *n, struct fuse_file_info *fi)
+{
+	static pthread_mutex_t rebind_lock = PTHREAD_MUTEX_INITIALIZER;
+	struct ovl_fh *fh = (struct ovl_fh *)(uintptr_t)fi->fh;
+	unsigned gen = atomic_load(&n->gen);
+	int r = 0, nfd = -1;
+
+	if (_likely_(atomic_load(&fh->gen) == gen) || fh->wflags < 0)
+		return 0;
+	pthread_mutex_lock(&rebind_lock);
+	if (atomic_load(&fh->gen) == gen)
+		goto out;
+	r = ovl_copy_up_size(n, -1);
+	if (r >= 0 && (r = ovl_node_rdlock_fresh(n)) >= 0) {
+		r = n->upper_fd >= 0 && !n->metacopy ? fd_reopen(n->upper_fd, fh->wflags) : -ESTALE;
+		pthread_rwlock_unlock(&n->lock);
+	}
+	nfd = r;
+	if (nfd >= 0) {
+		/* This handle's fill (fh->bf) is of the old object: let the new one's copy finish first. */
+		struct ovl_bgfill *bf = ovl_bgfill_get(nfd);
+
+		r = ovl_bgfill_wait(bf);
+		ovl_bgfill_put(bf);
+		if (r >= 0 && dup3(nfd, fh->fd, O_CLOEXEC) < 0)
+			r = -errno;
+		close(nfd);
+	} else if (r == -ENOENT || r == -ESTALE) {
+		r = 0; /* out of the view: like a handle on an unlinked file */
+	}
+	if (r >= 0)
+		atomic_store(&fh->gen, gen);
+out:
+	pthread_mutex_unlock(&rebind_lock);
+	return r;
+}
+
 void ovl_op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in, off_t off, struct fuse_file_info *fi)
 {
 	struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));
@@ -320,29 +379,28 @@ void ovl_op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in, of
 	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	out.buf[0].fd = ovl_fh_fd(fi);
 	out.buf[0].pos = off;
+	ovl_mutate_begin();
+	r = ovl_fh_rebind(ovl_node_from_ino(ino), fi);
 	/* One fstat serves the quota and the set-id bits (FUSE_HANDLE_KILLPRIV_V2 leaves those to us). */
-	if (quota || kill) {
+	if (r >= 0 && (quota || kill)) {
 		off_t end = off + (off_t)out.buf[0].size;
 		struct stat st;
-		int q = fstat(out.buf[0].fd, &st) < 0 ? -errno : 0;
 
-		if (q == 0 && quota && end > st.st_size)
-			q = ovl_quota_check(end - st.st_size, 0);
-		if (q == 0 && kill)
-			q = kill_setid(out.buf[0].fd, &st);
-		if (q < 0) {
-			fuse_reply_err(req, -q);
-			return;
-		}
+		r = fstat(out.buf[0].fd, &st) < 0 ? -errno : 0;
+		if (r == 0 && quota && end > st.st_size)
+			r = ovl_quota_check(end - st.st_size, 0);
+		if (r == 0 && kill)
+			r = kill_setid(out.buf[0].fd, &st);
 	}
-	ovl_mutate_begin();
-	ovl_bgfill_lock(bf);
-	r = ovl_bgfill_ensure_locked(bf, off, (off_t)out.buf[0].size);
-	if (r >= 0)
-		r = fuse_buf_copy(&out, in, 0);
-	if (r > 0)
-		ovl_bgfill_note_data(bf);
-	ovl_bgfill_unlock(bf);
+	if (r >= 0) {
+		ovl_bgfill_lock(bf);
+		r = ovl_bgfill_ensure_locked(bf, off, (off_t)out.buf[0].size);
+		if (r >= 0)
+			r = fuse_buf_copy(&out, in, 0);
+		if (r > 0)
+			ovl_bgfill_note_data(bf);
+		ovl_bgfill_unlock(bf);
+	}
 	ovl_mutate_end();
 	if (r < 0)
 		fuse_reply_err(req, (int)-r);
@@ -382,8 +440,10 @@ void ovl_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, of
 	int r;
 
 	ovl_mutate_begin();
+	r = -ovl_fh_rebind(ovl_node_from_ino(ino), fi);
 	ovl_bgfill_lock(ovl_fh_bgfill(fi));
-	r = -ovl_bgfill_ensure_locked(ovl_fh_bgfill(fi), offset, length);
+	if (r == 0)
+		r = -ovl_bgfill_ensure_locked(ovl_fh_bgfill(fi), offset, length);
 	if (r == 0)
 		r = fallocate(ovl_fh_fd(fi), mode, offset, length) < 0 ? errno : 0;
 	if (r == 0)
@@ -404,6 +464,8 @@ void ovl_op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, str
 	/* The source's chunks first, without the destination's lock: one fill lock at a time. */
 	n = ovl_bgfill_ensure(ovl_fh_bgfill(fi_in), off_in, (off_t)len);
 	ovl_mutate_begin();
+	if (n >= 0)
+		n = ovl_fh_rebind(ovl_node_from_ino(ino_out), fi_out);
 	ovl_bgfill_lock(bf);
 	if (n >= 0)
 		n = ovl_bgfill_ensure_locked(bf, off_out, (off_t)len);

@@ -24,6 +24,8 @@ struct ovl_fh {
 	bool counted;        /* counted in the node's open state (ovl_pt_open) */
 	uint8_t mode;        /* enum ovl_iomode */
 	int32_t backing_id;
+	int wflags;          /* a writable handle's open flags, for its next upper object (ovl_fh_rebind); -1 read-only */
+	atomic_uint gen;     /* the node's gen the fd belongs to */
 };
 
 static inline int ovl_fh_fd(struct fuse_file_info *fi)
@@ -38,6 +40,14 @@ static inline bool ovl_fh_is_lower(struct fuse_file_info *fi)
 {
 	return ((struct ovl_fh *)(uintptr_t)fi->fh)->lower;
 }
+
+/*
+ * Before a write through @fi (with ovl_mutate_begin() held): if a commit or
+ * discard on the live mount moved or dropped the upper object the handle
+ * was opened on, moves the handle onto the file the view shows now, copied
+ * up again, behind the same fd number. Returns 0 or -errno.
+ */
+int ovl_fh_rebind(struct ovl_node *n, struct fuse_file_info *fi);
 
 /* State of a create-like request: the parent's upper fd and the new owner. */
 struct ovl_create {

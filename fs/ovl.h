@@ -153,6 +153,7 @@ struct ovl_node {
 	bool metacopy;              /* regular files: upper holds metadata only, the data is lower_fd */
 	bool handle_upper;          /* handle is of the upper object (else of lower layer lower_layer) */
 	atomic_bool stale;          /* fds must be re-resolved before use (a lazy or evicted node has none) */
+	atomic_uint gen;            /* bumped when a commit, discard or invalidation changed its objects (live.c): handles opened before rebind (ovl_fh_rebind) */
 	struct ovl_lower *extra;
 	struct file_handle *handle; /* evicted non-dirs: the top object, to re-open it once its name is gone (copyup_lock) */
 	union {
@@ -327,7 +328,11 @@ void ovl_node_apply(struct ovl_node *n, struct ovl_res *res);
 /* Closes @n's fds and marks it stale. copyup_lock must be held. */
 void ovl_node_drop_state(struct ovl_node *n);
 
-/* Marks @n and its cached subtree stale: the layers changed under them; each re-resolves by name at its next use. */
+/*
+ * Marks @n and its cached subtree stale: the layers changed under them; each
+ * re-resolves by name at its next use, and bumps their gen (their writable
+ * handles rebind at their next write).
+ */
 void ovl_node_invalidate_subtree(struct ovl_node *n);
 
 /* Copies the names of @n's cached children (NULL-terminated vector). Returns 0 or -ENOMEM. */

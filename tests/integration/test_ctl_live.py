@@ -570,3 +570,53 @@ def test_live_moved_dir_commit_all(live):
     assert snapshot(s.lower) == want and snapshot(m.mnt) == want
     assert open(os.path.join(s.lower, "new/src/a.c")).read() == "int a;\n"
     assert m.changes() == {}
+
+
+def test_live_writer_across_commit_and_discard(live):
+    """A file kept open for writing across a commit and a discard: its next
+    writes land in the file the view shows (copied up again), so the diff
+    shows them and the next commit takes them; none goes to the removed
+    upper object. A new file discarded while open stays writable, as an
+    unlinked file does, and does not come back."""
+    s, start = live
+    populate(s.lower)
+    m = start()
+    a = os.path.join(m.mnt, "src/a.c")
+    fd = os.open(a, os.O_RDWR)
+    wfd = os.open(os.path.join(m.mnt, "README"), os.O_WRONLY | os.O_APPEND)
+    nfd = -1
+    try:
+        os.pwrite(fd, b"int b;\n", 7)
+        m.run("commit")
+        assert open(os.path.join(s.lower, "src/a.c")).read() == "int a;\nint b;\n"
+        assert m.changes() == {}
+        os.pwrite(fd, b"int c;\n", 14)
+        assert open(a).read() == "int a;\nint b;\nint c;\n"
+        assert os.pread(fd, 100, 0) == b"int a;\nint b;\nint c;\n"
+        assert m.changes()["src/a.c"]["status"] == "modified"
+        m.run("commit")
+        assert open(os.path.join(s.lower, "src/a.c")).read() == "int a;\nint b;\nint c;\n"
+        # ftruncate through the handle after a commit
+        os.ftruncate(fd, 7)
+        assert open(a).read() == "int a;\n"
+        assert open(os.path.join(s.lower, "src/a.c")).read() == "int a;\nint b;\nint c;\n"
+        # discard: the view is the workspace's again, and the handle writes there
+        os.write(wfd, b"one\n")
+        nfd = os.open(os.path.join(m.mnt, "new.txt"), os.O_WRONLY | os.O_CREAT, 0o644)
+        os.write(nfd, b"new\n")
+        m.run("discard")
+        assert open(os.path.join(m.mnt, "README")).read() == "readme\n"
+        assert open(a).read() == "int a;\nint b;\nint c;\n"
+        os.write(wfd, b"two\n")
+        assert open(os.path.join(m.mnt, "README")).read() == "readme\ntwo\n"
+        assert open(os.path.join(s.lower, "README")).read() == "readme\n"
+        # the new file left the view with the discard and does not come back
+        assert not os.path.exists(os.path.join(m.mnt, "new.txt"))
+        assert os.write(nfd, b"orphan\n") == 7
+        assert not os.path.exists(os.path.join(m.mnt, "new.txt"))
+        assert set(m.changes()) == {"README"}
+    finally:
+        os.close(fd)
+        os.close(wfd)
+        if nfd >= 0:
+            os.close(nfd)
