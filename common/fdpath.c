@@ -323,6 +323,25 @@ int fd_reopen(int fd, int flags)
 	return r;
 }
 
+int fd_chmod(int fd, mode_t mode)
+{
+#ifndef SYS_fchmodat2
+#define SYS_fchmodat2 452
+#endif
+	static atomic_bool missing;
+	char path[64];
+
+	if (!atomic_load(&missing)) {
+		if (syscall(SYS_fchmodat2, fd, "", mode, AT_EMPTY_PATH) == 0)
+			return 0;
+		if (errno != ENOSYS && errno != EINVAL)
+			return -errno;
+		atomic_store(&missing, errno == ENOSYS);
+	}
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	return chmod(path, mode) < 0 ? -errno : 0;
+}
+
 int opendir_at(int dir_fd, DIR **ret)
 {
 	DIR *d;

@@ -67,6 +67,13 @@ int write_full(int fd, const void *buf, size_t size);
 int fd_reopen(int fd, int flags);
 
 /*
+ * chmod of the object @fd refers to, an O_PATH fd included: fchmodat2(fd,
+ * "", AT_EMPTY_PATH) (Linux 6.6), else through /proc/self/fd. Not for a
+ * symlink (the /proc fallback would follow it). Returns 0 or -errno.
+ */
+int fd_chmod(int fd, mode_t mode);
+
+/*
  * Opens the directory @dir_fd refers to (an O_PATH fd is fine) as a new DIR
  * stream with its own open file description. Returns 0 and *ret (the caller
  * closedir()s it), or -errno.

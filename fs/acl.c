@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "acl.h"
+#include "fdpath.h"
 #include "macro.h"
 
 /* The kernel's xattr form of an ACL (include/uapi/linux/posix_acl_xattr.h), little-endian. */
@@ -44,6 +45,49 @@ void ovl_acl_init(struct fuse_conn_info *conn)
 bool ovl_acl_is_name(const char *name)
 {
 	return strcmp(name, ACL_XATTR_ACCESS) == 0 || strcmp(name, ACL_XATTR_DEFAULT) == 0;
+}
+
+bool ovl_acl_is_access(const char *name)
+{
+	return strcmp(name, ACL_XATTR_ACCESS) == 0;
+}
+
+/* Whether the caller of @req has @gid (the view's) among its supplementary groups; false when they cannot be read. */
+static bool caller_in_group(fuse_req_t req, gid_t gid)
+{
+	_cleanup_free_ gid_t *big = NULL;
+	gid_t small[64], *list = small;
+	int n = fuse_req_getgroups(req, (int)ARRAY_SIZE(small), small);
+
+	if (n > (int)ARRAY_SIZE(small)) {
+		big = calloc((size_t)n, sizeof(*big));
+		if (!big)
+			return false;
+		list = big;
+		n = MIN(n, fuse_req_getgroups(req, n, big));
+	}
+	for (int i = 0; i < n; i++)
+		if (list[i] == gid)
+			return true;
+	return false;
+}
+
+int ovl_acl_kill_sgid(fuse_req_t req, int fd)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct stat st;
+	gid_t gid;
+
+	if (ctx->uid == 0)
+		return 0;
+	if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	if (!(st.st_mode & S_ISGID) || S_ISLNK(st.st_mode))
+		return 0;
+	gid = ovl_idmap_to_view(&ovl_fs->opt->gidmap, st.st_gid);
+	if (ctx->gid == gid || caller_in_group(req, gid))
+		return 0;
+	return fd_chmod(fd, st.st_mode & 07777 & ~S_ISGID);
 }
 
 int ovl_acl_map_ids(void *value, size_t size, bool to_disk)

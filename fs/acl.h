@@ -24,6 +24,21 @@ void ovl_acl_init(struct fuse_conn_info *conn);
 /* system.posix_acl_access or system.posix_acl_default */
 bool ovl_acl_is_name(const char *name);
 
+/* system.posix_acl_access */
+bool ovl_acl_is_access(const char *name);
+
+/*
+ * After @req set the access ACL of the upper object @fd (O_PATH is fine):
+ * clears S_ISGID when the caller is neither in the file's group nor
+ * privileged, as the kernel's posix_acl_update_mode() would. The kernel
+ * tells a FUSE filesystem so only through FUSE_SETXATTR_EXT's kill flag,
+ * which libfuse 3.14 cannot pass on, and the upper filesystem sees the
+ * daemon (root) set the ACL. So it is decided from the request: its fsgid
+ * and supplementary groups (fuse_req_getgroups, /proc), and uid 0 stands
+ * for CAP_FSETID, as for writes (fs/ops-file.c). Returns 0 or -errno.
+ */
+int ovl_acl_kill_sgid(fuse_req_t req, int fd);
+
 /*
  * Maps the uids and gids of the ACL xattr @value in place, disk to view or
  * (@to_disk) back, per uidmapping/gidmapping. Returns 0, or -EINVAL when

@@ -16,7 +16,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -182,25 +181,6 @@ static int utimens_fd(int fd, const struct timespec ts[2])
 	return utimensat(AT_FDCWD, p, ts, 0) < 0 ? -errno : 0;
 }
 
-/* fchmodat2(fd, "", mode, AT_EMPTY_PATH) (Linux 6.6): chmod of an O_PATH fd without a /proc path walk. -1 and errno on failure. */
-static int fchmodat2_empty(int fd, mode_t mode)
-{
-#ifndef SYS_fchmodat2
-#define SYS_fchmodat2 452
-#endif
-	static atomic_bool missing;
-
-	if (atomic_load(&missing)) {
-		errno = ENOSYS;
-		return -1;
-	}
-	if (syscall(SYS_fchmodat2, fd, "", mode, AT_EMPTY_PATH) == 0)
-		return 0;
-	if (errno == ENOSYS)
-		atomic_store(&missing, true);
-	return -1;
-}
-
 /*
  * Applies @attr to the upper object @fd (O_PATH; @hfd: an open handle of
  * it or -1; @bf: its background fill, locked, or NULL). Called with @n's
@@ -238,19 +218,13 @@ static int setattr_fd(struct ovl_node *n, int fd, int hfd, struct ovl_bgfill *bf
 			return -errno;
 	}
 	if (to_set & FUSE_SET_ATTR_MODE) {
-		char p[64];
-
 		if (n->type == S_IFLNK)
 			return -EOPNOTSUPP;
 		if (hfd >= 0) {
 			if (fchmod(hfd, attr->st_mode & 07777) < 0)
 				return -errno;
-		} else if (fchmodat2_empty(fd, attr->st_mode & 07777) < 0) {
-			if (errno != ENOSYS && errno != EINVAL)
-				return -errno;
-			snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
-			if (chmod(p, attr->st_mode & 07777) < 0)
-				return -errno;
+		} else if ((r = fd_chmod(fd, attr->st_mode & 07777)) < 0) {
+			return r;
 		}
 	}
 	if (to_set & FUSE_SET_ATTR_SIZE) {

@@ -191,8 +191,15 @@ void ovl_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const cha
 
 			ovl_bgfill_lock(bf);
 			r = ovl_fsetxattr(fd, name, value, size, flags);
-			if (r >= 0 && strcmp(name, "security.capability") == 0)
+			if (r >= 0 && strcmp(name, "security.capability") == 0) {
 				ovl_bgfill_note_caps(bf, value, size, false);
+			} else if (r >= 0 && ovl_acl_is_access(name)) {
+				/* The upper filesystem made the mode match the ACL: a fill puts back this mode, not the old one. */
+				if (ovl_fs->posix_acl)
+					r = ovl_acl_kill_sgid(req, fd);
+				ovl_bgfill_note_attr(bf, (struct timespec[2]){ { .tv_nsec = UTIME_OMIT }, { .tv_nsec = UTIME_OMIT } },
+						     false);
+			}
 			ovl_bgfill_unlock(bf);
 			ovl_bgfill_put(bf);
 		}

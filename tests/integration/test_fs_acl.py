@@ -127,6 +127,47 @@ def test_setfacl_through_the_mount(fsenv):
     assert "mask::---" not in acl(f)
 
 
+def test_setfacl_clears_sgid_outside_the_group(fsenv):
+    """As on any filesystem: the owner setting an access ACL loses S_ISGID
+    unless it is in the file's group (its own gid or a supplementary one);
+    root keeps it."""
+    need_acls(fsenv)
+    group = 10005
+    files = {n: (b"x\n", 0o2775, None) for n in ("out", "own", "supp", "root", "dir")}
+    lower = lower_with(fsenv, files)
+    os.unlink(os.path.join(lower, "dir"))
+    os.mkdir(os.path.join(lower, "dir"))
+    for n, gid in (("out", group), ("own", USER), ("supp", group), ("root", group), ("dir", group)):
+        os.chown(os.path.join(lower, n), USER, gid)
+        os.chmod(os.path.join(lower, n), 0o2775)  # after the chown, which clears it
+    assert all(os.stat(os.path.join(lower, n)).st_mode & stat.S_ISGID for n in files)
+    m = fsenv.mount_impl([lower], name="impl")
+
+    def setfacl_as(name, groups=None):
+        argv = ["setpriv", f"--reuid={USER}", f"--regid={USER}"]
+        argv += [f"--groups={groups}"] if groups else ["--clear-groups"]
+        r = subprocess.run(argv + ["--", "setfacl", "-m", f"u:{OTHER}:r", os.path.join(m.path, name)],
+                           capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr.decode()
+
+    def mode(name):
+        return stat.S_IMODE(os.stat(os.path.join(m.path, name)).st_mode)
+
+    setfacl_as("out")
+    setfacl_as("own")
+    setfacl_as("supp", groups=str(group))
+    setfacl_as("dir")
+    setfacl("-m", f"u:{OTHER}:r", os.path.join(m.path, "root"))
+    assert mode("out") == 0o775, "not in the group: S_ISGID falls"
+    assert mode("dir") == 0o775, "directories too"
+    assert mode("own") == 0o2775, "the caller's own gid"
+    assert mode("supp") == 0o2775, "a supplementary group"
+    assert mode("root") == 0o2775, "root keeps it"
+    assert f"user:{OTHER}:r--" in acl(os.path.join(m.path, "out"))
+    if fsutil.IMPL == "draftfs":
+        assert stat.S_IMODE(os.stat(os.path.join(m.upper, "out")).st_mode) == 0o775
+
+
 CREATE = """
 import os, sys
 os.umask(int(sys.argv[1], 8))

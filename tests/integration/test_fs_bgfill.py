@@ -12,9 +12,12 @@ after the copy, and what a kill during the copy leaves.
 import json
 import os
 import random
+import shutil
 import subprocess
 import threading
 import time
+
+import pytest
 
 from fsutil import boot_id, draftfs_bin, fsenv, require_impl, write_file, xattr  # noqa: F401
 from fsutil import read_file as read
@@ -182,6 +185,27 @@ def test_times_mode_and_caps_survive_the_copy(fsenv):
     assert os.getxattr(v, "security.capability") == caps
     assert os.getxattr(up, "security.capability") == caps
     assert int(os.stat(up).st_mtime) == 1_700_000_000
+
+
+def test_acl_set_during_the_copy_survives_it(fsenv):
+    """setfacl changes the mode (the group bits are the mask): the copy must
+    not put the old mode back, which would cut the ACL's mask."""
+    if not shutil.which("setfacl"):
+        pytest.skip("setfacl not installed (Debian package acl)")
+    lower, m, v, up = mount_big(fsenv)
+    os.chmod(v, 0o640)
+    with open(v, "ab") as f:
+        f.write(b"!")
+    assert filling(up)
+    r = subprocess.run(["setfacl", "-m", "u:10001:rw", v], capture_output=True)
+    if r.returncode != 0 and b"Operation not supported" in r.stderr:
+        pytest.skip("the scratch filesystem has no POSIX ACLs")
+    assert r.returncode == 0, r.stderr.decode()
+    wait_plain(up)
+    for p in (v, up):
+        assert os.stat(p).st_mode & 0o7777 == 0o660, p
+        out = subprocess.run(["getfacl", "-n", "-p", "--omit-header", p], capture_output=True, check=True).stdout
+        assert b"user:10001:rw-" in out and b"mask::rw-" in out, out.decode()
 
 
 def test_unlinked_while_open_reads_on(fsenv):
