@@ -26,10 +26,8 @@
 #include "prefetch.h"
 
 #define PATCH_MAX_FILE ((size_t)1 << 31)
+#define PATCH_BATCH_BYTES ((size_t)64 << 20) /* DRAFTFS_PATCH_BATCH_BYTES overrides it (tests) */
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(git_repository *, git_repository_free)
-DEFINE_TRIVIAL_CLEANUP_FUNC(git_odb *, git_odb_free)
-DEFINE_TRIVIAL_CLEANUP_FUNC(git_index *, git_index_free)
 DEFINE_TRIVIAL_CLEANUP_FUNC(git_tree *, git_tree_free)
 DEFINE_TRIVIAL_CLEANUP_FUNC(git_diff *, git_diff_free)
 
@@ -66,20 +64,37 @@ static uint32_t git_mode(const struct ovl_meta *m)
 	return (m->mode & 0100) ? GIT_FILEMODE_BLOB_EXECUTABLE : GIT_FILEMODE_BLOB;
 }
 
+struct out {
+	int fd;
+	int error;
+};
+
+/* One batch of paths: their blobs in the mempack, their entries in two indexes, diffed as two trees. */
+struct batch {
+	git_repository *repo;
+	git_odb *odb;
+	git_odb_backend *mempack;
+	git_index *old_idx, *new_idx;
+	size_t bytes; /* blob bytes in the mempack */
+	struct out o;
+};
+
 /*
  * Adds the blob of one side of an entry to @idx. @layer_fd: the layer root
  * holding it; @upper_side: it is the upper (writers may be writing, and a
  * metacopy's content is its lower data).
  */
-static int add_side(git_odb *odb, git_index *idx, const struct ovl_ctl_env *env, int layer_fd, bool upper_side,
-                    const char *path, const struct ovl_meta *m)
+static int add_side(struct batch *b, const struct ovl_ctl_env *env, int layer_fd, bool upper_side, const char *path,
+                    const struct ovl_meta *m)
 {
+	git_index *idx = upper_side ? b->new_idx : b->old_idx;
 	git_index_entry e = { 0 };
 	git_oid oid;
 	int r;
 
 	if (S_ISLNK(m->mode)) {
-		r = git_odb_write(&oid, odb, m->target, strlen(m->target), GIT_OBJECT_BLOB);
+		r = git_odb_write(&oid, b->odb, m->target, strlen(m->target), GIT_OBJECT_BLOB);
+		b->bytes += strlen(m->target);
 	} else {
 		_cleanup_free_ char *buf = NULL;
 		_cleanup_close_ int pfd = -1;
@@ -93,7 +108,8 @@ static int add_side(git_odb *odb, git_index *idx, const struct ovl_ctl_env *env,
 		                      PATCH_MAX_FILE, &buf, &size);
 		if (r < 0)
 			return r;
-		r = git_odb_write(&oid, odb, buf, size, GIT_OBJECT_BLOB);
+		r = git_odb_write(&oid, b->odb, buf, size, GIT_OBJECT_BLOB);
+		b->bytes += size;
 	}
 	if (r < 0)
 		return git_to_errno(r);
@@ -102,11 +118,6 @@ static int add_side(git_odb *odb, git_index *idx, const struct ovl_ctl_env *env,
 	e.path = path;
 	return git_to_errno(git_index_add(idx, &e));
 }
-
-struct out {
-	int fd;
-	int error;
-};
 
 static int print_line(const git_diff_delta *delta, const git_diff_hunk *hunk, const git_diff_line *line, void *payload)
 {
@@ -133,35 +144,104 @@ static int print_line(const git_diff_delta *delta, const git_diff_hunk *hunk, co
 	return 0;
 }
 
-int ovl_patch_write(const struct ovl_ctl_env *env, const struct ovl_changes *c, int fd, cJSON *skipped)
+/* Prints the patch of the batch's paths and empties it. */
+static int batch_flush(struct batch *b)
 {
-	_cleanup_(git_repository_freep) git_repository *repo = NULL;
-	_cleanup_(git_odb_freep) git_odb *odb = NULL;
-	_cleanup_(git_index_freep) git_index *old_idx = NULL, *new_idx = NULL;
 	_cleanup_(git_tree_freep) git_tree *old_tree = NULL, *new_tree = NULL;
 	_cleanup_(git_diff_freep) git_diff *diff = NULL;
-	_cleanup_(ovl_prefetch_stopp) struct ovl_prefetch *prefetch = NULL;
 	git_diff_options opts = GIT_DIFF_OPTIONS_INIT;
-	git_odb_backend *mempack = NULL;
-	struct out o = { .fd = fd };
 	git_oid oid;
 	int r;
 
-	git_libgit2_init();
-	if (git_odb_new(&odb) < 0 || git_mempack_new(&mempack) < 0)
+	r = git_index_write_tree_to(&oid, b->old_idx, b->repo);
+	if (r >= 0)
+		r = git_tree_lookup(&old_tree, b->repo, &oid);
+	if (r >= 0)
+		r = git_index_write_tree_to(&oid, b->new_idx, b->repo);
+	if (r >= 0)
+		r = git_tree_lookup(&new_tree, b->repo, &oid);
+	if (r < 0)
+		return git_to_errno(r);
+	opts.flags = GIT_DIFF_SHOW_BINARY;
+	opts.id_abbrev = GIT_OID_HEXSZ; /* full index lines: git apply needs them for binary hunks */
+	r = git_diff_tree_to_tree(&diff, b->repo, old_tree, new_tree, &opts);
+	if (r < 0)
+		return git_to_errno(r);
+	r = git_diff_print(diff, GIT_DIFF_FORMAT_PATCH, print_line, &b->o);
+	if (b->o.error < 0)
+		return b->o.error;
+	if (r < 0)
+		return git_to_errno(r);
+	/* The trees and the diff hold objects of the mempack: free them before it is emptied. */
+	git_diff_free(diff);
+	diff = NULL;
+	git_tree_free(old_tree);
+	git_tree_free(new_tree);
+	old_tree = new_tree = NULL;
+	b->bytes = 0;
+	if (git_index_clear(b->old_idx) < 0 || git_index_clear(b->new_idx) < 0 || git_mempack_reset(b->mempack) < 0)
 		return -ENOMEM;
-	if (git_odb_add_backend(odb, mempack, 1) < 0) {
-		mempack->free(mempack);
+	return 0;
+}
+
+static void batch_done(struct batch *b)
+{
+	git_index_free(b->old_idx);
+	git_index_free(b->new_idx);
+	git_repository_free(b->repo);
+	git_odb_free(b->odb); /* frees the mempack backend with it */
+}
+
+static int batch_init(struct batch *b, int fd)
+{
+	*b = (struct batch){ .o.fd = fd };
+	git_libgit2_init();
+	if (git_odb_new(&b->odb) < 0 || git_mempack_new(&b->mempack) < 0)
+		return -ENOMEM;
+	if (git_odb_add_backend(b->odb, b->mempack, 1) < 0) {
+		b->mempack->free(b->mempack);
+		b->mempack = NULL;
 		return -ENOMEM;
 	}
-	if (git_repository_new(&repo) < 0 || git_repository_set_odb(repo, odb) < 0)
+	if (git_repository_new(&b->repo) < 0 || git_repository_set_odb(b->repo, b->odb) < 0)
 		return -ENOMEM;
-	if (git_index_new(&old_idx) < 0 || git_index_new(&new_idx) < 0)
+	if (git_index_new(&b->old_idx) < 0 || git_index_new(&b->new_idx) < 0)
 		return -ENOMEM;
+	return 0;
+}
 
-	prefetch = ovl_prefetch_start(env->layers, c);
-	for (size_t i = 0; i < c->n; i++) {
-		const struct ovl_change *e = &c->v[i];
+/* git's order of the file paths of a patch: plain byte order of the whole path (a tree sorts as "name/"). */
+static int cmp_path(const void *a, const void *b)
+{
+	return strcmp((*(const struct ovl_change *const *)a)->path, (*(const struct ovl_change *const *)b)->path);
+}
+
+int ovl_patch_write(const struct ovl_ctl_env *env, const struct ovl_changes *c, int fd, cJSON *skipped)
+{
+	_cleanup_(ovl_prefetch_stopp) struct ovl_prefetch *prefetch = NULL;
+	_cleanup_free_ const struct ovl_change **order = NULL;
+	const char *env_batch = getenv("DRAFTFS_PATCH_BATCH_BYTES"); /* tests */
+	size_t batch_bytes = env_batch ? strtoull(env_batch, NULL, 10) : PATCH_BATCH_BYTES;
+	struct batch b;
+	int r;
+
+	/*
+	 * Paths go in batches of about PATCH_BATCH_BYTES of content, each
+	 * printed and dropped before the next is read, so memory stays bounded
+	 * by a batch plus the largest file pair (which git's binary delta needs
+	 * whole). Taken in git's path order, the batches print what one diff of
+	 * all the paths would.
+	 */
+	order = calloc(c->n ? c->n : 1, sizeof(*order));
+	if (!order)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->n; i++)
+		order[i] = &c->v[i];
+	qsort(order, c->n, sizeof(*order), cmp_path);
+	r = batch_init(&b, fd);
+	prefetch = r >= 0 ? ovl_prefetch_start(env->layers, c) : NULL;
+	for (size_t i = 0; r >= 0 && i < c->n; i++) {
+		const struct ovl_change *e = order[i];
 		bool old_ok = e->old_type == OVL_FT_FILE || e->old_type == OVL_FT_SYMLINK;
 		bool new_ok = e->new_type == OVL_FT_FILE || e->new_type == OVL_FT_SYMLINK;
 
@@ -174,33 +254,15 @@ int ovl_patch_write(const struct ovl_ctl_env *env, const struct ovl_changes *c, 
 			if (!path_is_gittable(e->path))
 				continue;
 		}
-		if (old_ok) {
-			r = add_side(odb, old_idx, env, env->layers->lower_fds[e->old_layer], false, e->path, &e->old);
-			if (r < 0)
-				return r;
-		}
-		if (new_ok) {
-			r = add_side(odb, new_idx, env, env->layers->upper_fd, true, e->path, &e->new);
-			if (r < 0)
-				return r;
-		}
+		if (old_ok)
+			r = add_side(&b, env, env->layers->lower_fds[e->old_layer], false, e->path, &e->old);
+		if (r >= 0 && new_ok)
+			r = add_side(&b, env, env->layers->upper_fd, true, e->path, &e->new);
+		if (r >= 0 && b.bytes >= batch_bytes)
+			r = batch_flush(&b);
 	}
-	r = git_index_write_tree_to(&oid, old_idx, repo);
 	if (r >= 0)
-		r = git_tree_lookup(&old_tree, repo, &oid);
-	if (r >= 0)
-		r = git_index_write_tree_to(&oid, new_idx, repo);
-	if (r >= 0)
-		r = git_tree_lookup(&new_tree, repo, &oid);
-	if (r < 0)
-		return git_to_errno(r);
-	opts.flags = GIT_DIFF_SHOW_BINARY;
-	opts.id_abbrev = GIT_OID_HEXSZ; /* full index lines: git apply needs them for binary hunks */
-	r = git_diff_tree_to_tree(&diff, repo, old_tree, new_tree, &opts);
-	if (r < 0)
-		return git_to_errno(r);
-	r = git_diff_print(diff, GIT_DIFF_FORMAT_PATCH, print_line, &o);
-	if (o.error < 0)
-		return o.error;
-	return git_to_errno(r);
+		r = batch_flush(&b);
+	batch_done(&b);
+	return r;
 }

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * The git patch format of a change list, produced by libgit2: old and new
- * blobs of the changed paths go into an in-memory object database, two
- * trees are built from them and diffed with GIT_DIFF_SHOW_BINARY, so
+ * blobs of the changed paths go into an in-memory object database, batch
+ * by batch in git's path order, two trees are built from each batch and
+ * diffed with GIT_DIFF_SHOW_BINARY, so
  * modes, symlinks, new/deleted files and binary content come out exactly as
  * `git diff --binary` writes them, and `git apply` takes them back.
  */

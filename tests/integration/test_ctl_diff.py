@@ -189,6 +189,36 @@ def test_git_patch_applies(session):
     assert got == want
 
 
+def test_git_patch_in_batches(session):
+    """The patch is read and printed in batches of paths (bounded memory):
+    a batch per path gives the same bytes as one batch of all, in git's
+    path order also where it differs from the change list's ("a-b", "a.c"
+    and "a0" around the directory "a"), and git apply takes it."""
+    populate(session.lower)
+
+    def more(m):
+        edit(m)
+        os.makedirs(os.path.join(m, "src/a"))
+        for name in ("src/a/x", "src/a-b", "src/a.c", "src/a0"):
+            with open(os.path.join(m, name), "w") as f:
+                f.write(name + "\n")
+    session.change(more)
+    whole = session.run("diff", "--format", "patch", binary=True).stdout
+    batched = session.run("diff", "--format", "patch", binary=True, env={"DRAFTFS_PATCH_BATCH_BYTES": "1"}).stdout
+    assert b"src/a/x" in whole and b"GIT binary patch" in whole
+    assert batched == whole
+    names = [line.split(b" b/")[-1] for line in whole.splitlines() if line.startswith(b"diff --git")]
+    assert names == sorted(names), names
+    work = os.path.join(session.root, "applied")
+    shutil.copytree(session.lower, work, symlinks=True)
+    pf = os.path.join(session.root, "p.diff")
+    with open(pf, "wb") as f:
+        f.write(batched)
+    r = subprocess.run(["git", "apply", "--binary", pf], cwd=work, capture_output=True)
+    assert r.returncode == 0, r.stderr
+    assert files_only(snapshot(work), git_modes=True) == files_only(session.view(), git_modes=True)
+
+
 def test_git_patch_empty_and_filtered(session):
     populate(session.lower)
     assert session.run("diff", "--format", "patch").stdout == ""
