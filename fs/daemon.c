@@ -193,6 +193,7 @@ static int setup_layers(struct ovl_fs *fs)
 	if (fstat(fs->upper_fd, &ust) < 0 || fstat(fs->work_fd, &wst) < 0)
 		return log_error_errno(-errno, "cannot stat upperdir '%s'", o->upperdir);
 	fs->upper_dev = ust.st_dev;
+	ovl_xino_setup(fs);
 	if (ust.st_dev != wst.st_dev)
 		return log_error_errno(-EXDEV, "workdir '%s' and upperdir '%s' must be on the same filesystem",
 				       o->workdir, o->upperdir);

@@ -170,13 +170,15 @@ static bool is_impure(int fd)
 	       ovl_fgetxattr(fd, "trusted.overlay.impure", v, sizeof(v)) == 1;
 }
 
-/* Adds one raw entry of a layer's directory @dfd to @l. */
-static int list_entry(struct lister *l, int dfd, const char *name, ino_t ino, unsigned char type, bool upper)
+/* Adds one raw entry of the directory @dfd of lower layer @layer (-1: the upper) to @l. */
+static int list_entry(struct lister *l, int dfd, const char *name, ino_t ino, unsigned char type, int layer)
 {
+	bool upper = layer < 0;
 	int32_t v;
 
 	if (name[0] == '.' && (!name[1] || (name[1] == '.' && !name[2])))
 		return 0;
+	ino = ovl_view_ino(layer, ino);
 	v = set_find(l, name);
 	if (v != INT32_MIN) {
 		if (v >= 0 && !upper && l->lower_ino[v] == 0)
@@ -200,7 +202,7 @@ static int list_entry(struct lister *l, int dfd, const char *name, ino_t ino, un
  * itself and read with getdents64 directly (no /proc walk, no fdopendir
  * fstat+fcntl: 3 syscalls less per directory).
  */
-static int list_layer(struct lister *l, int fd, bool upper)
+static int list_layer(struct lister *l, int fd, int layer)
 {
 	_cleanup_close_ int dfd = -1;
 	_cleanup_free_ char *buf = NULL;
@@ -224,7 +226,7 @@ static int list_layer(struct lister *l, int fd, bool upper)
 			int r;
 
 			off += de->d_reclen;
-			r = list_entry(l, dfd, de->d_name, de->d_ino, de->d_type, upper);
+			r = list_entry(l, dfd, de->d_name, de->d_ino, de->d_type, layer);
 			if (r < 0)
 				return r;
 		}
@@ -239,14 +241,14 @@ static int list_stack(const struct ovl_stack *s, struct lister *l)
 	int r;
 
 	if (s->upper_fd >= 0) {
-		r = list_layer(l, s->upper_fd, true);
+		r = list_layer(l, s->upper_fd, -1);
 		if (r < 0)
 			return r;
 		n_upper = l->n;
 		impure = is_impure(s->upper_fd);
 	}
 	for (uint16_t i = 0; i < s->n; i++) {
-		r = list_layer(l, s->l[i].fd, false);
+		r = list_layer(l, s->l[i].fd, s->l[i].layer);
 		if (r < 0)
 			return r;
 	}
@@ -254,12 +256,11 @@ static int list_stack(const struct ovl_stack *s, struct lister *l)
 		return 0;
 	for (size_t i = 0; i < n_upper; i++) {
 		_cleanup_close_ int fd = openat(s->upper_fd, l->ents[i].name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-		dev_t od;
 		ino_t oi;
 
 		if (fd < 0)
 			continue;
-		if (ovl_origin_read(fd, &od, &oi) == 0)
+		if (ovl_origin_view_ino(fd, &oi) == 0)
 			l->ents[i].ino = oi;
 		else if (l->lower_ino[i] && ovl_fgetxattr(fd, OVL_XATTR_ORIGIN_KERNEL, NULL, 0) >= 0)
 			l->ents[i].ino = l->lower_ino[i];

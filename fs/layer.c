@@ -86,8 +86,8 @@ int ovl_origin_format(char *buf, size_t size, unsigned layer, const struct stat 
 			(long long)st->st_ctim.tv_sec, st->st_ctim.tv_nsec, (unsigned)st->st_mode);
 }
 
-/* Reads the origin record of @fd: its lower dev/ino, and *ret_new for a " new" one. Returns 0, -ENODATA or -errno. */
-static int origin_read(int fd, dev_t *ret_dev, ino_t *ret_ino, bool *ret_new)
+/* Reads the origin record of @fd: its lower layer, dev and ino, and *ret_new for a " new" one. Returns 0, -ENODATA or -errno. */
+static int origin_read(int fd, unsigned *ret_layer, dev_t *ret_dev, ino_t *ret_ino, bool *ret_new)
 {
 	char buf[256];
 	unsigned long long dev, ino;
@@ -101,18 +101,86 @@ static int origin_read(int fd, dev_t *ret_dev, ino_t *ret_ino, bool *ret_new)
 	if (sscanf(buf, "v1 layer=%u dev=%llu ino=%llu", &layer, &dev, &ino) != 3)
 		return -EBADMSG;
 	*ret_new = n >= 4 && strcmp(buf + n - 4, " new") == 0;
+	*ret_layer = layer;
 	*ret_dev = (dev_t)dev;
 	*ret_ino = (ino_t)ino;
 	return 0;
 }
 
-int ovl_origin_read(int fd, dev_t *ret_dev, ino_t *ret_ino)
+/* The lower layer an origin record names: the one on its dev (the record's layer first), else its layer index. */
+static int origin_layer(unsigned layer, dev_t dev)
 {
+	const struct ovl_fs *fs = ovl_fs;
+
+	if (layer < fs->n_lower && fs->lower_devs[layer] == dev)
+		return (int)layer;
+	for (size_t i = 0; i < fs->n_lower; i++)
+		if (fs->lower_devs[i] == dev)
+			return (int)i;
+	/* A dev number that changed since (not every filesystem keeps it across boots) */
+	return layer < fs->n_lower ? (int)layer : -1;
+}
+
+int ovl_origin_view_ino(int fd, ino_t *ret_ino)
+{
+	unsigned layer;
+	dev_t dev;
+	ino_t ino;
 	bool is_new;
-	int r = origin_read(fd, ret_dev, ret_ino, &is_new);
+	int r = origin_read(fd, &layer, &dev, &ino, &is_new);
 
 	/* " new": created over a whiteout, or a split lower hard link: not a copy keeping the origin's st_ino */
-	return r == 0 && is_new ? -ENODATA : r;
+	if (r == 0 && is_new)
+		return -ENODATA;
+	if (r == 0)
+		*ret_ino = ovl_view_ino(origin_layer(layer, dev), ino);
+	return r;
+}
+
+ino_t ovl_view_ino(int layer, ino_t ino)
+{
+	const struct ovl_fs *fs = ovl_fs;
+	static atomic_bool warned;
+	unsigned fsid = layer >= 0 && fs->xino_shift ? fs->lower_fsid[layer] : 0;
+
+	if (!fsid)
+		return ino;
+	if (_unlikely_(ino >> fs->xino_shift)) {
+		if (!atomic_exchange(&warned, true))
+			log_warning("xino: inode number %llu of lowerdir %d does not leave %u bits free: such inode numbers "
+				    "pass through and may equal another layer's", (unsigned long long)ino, layer,
+				    64 - fs->xino_shift);
+		return ino;
+	}
+	return ino | (ino_t)fsid << fs->xino_shift;
+}
+
+void ovl_xino_setup(struct ovl_fs *fs)
+{
+	dev_t devs[OVL_MAX_LOWER];
+	unsigned n = 0, bits = 0;
+
+	for (size_t i = 0; i < fs->n_lower; i++) {
+		unsigned id = 0;
+
+		if (fs->lower_devs[i] != fs->upper_dev) {
+			while (id < n && devs[id] != fs->lower_devs[i])
+				id++;
+			if (id == n)
+				devs[n++] = fs->lower_devs[i];
+			id++;
+		}
+		fs->lower_fsid[i] = (uint8_t)id;
+	}
+	fs->xino_shift = 0;
+	if (n == 0 || !fs->opt->xino)
+		return;
+	while ((1u << bits) <= n)
+		bits++;
+	/* Below the top bit, which stays clear (st_ino as a signed number stays positive). */
+	fs->xino_shift = 63 - bits;
+	log_info("the layers are on %u filesystems: the view's st_ino carries a layer's filesystem in bits %u-62 (xino)",
+		 n + 1, fs->xino_shift);
 }
 
 static bool xattr_is_y(int fd, const char *name)
@@ -421,16 +489,17 @@ static int resolve_in_stack(const struct ovl_stack *s, const char *name, struct 
 	/* Identity: the top object. The view's inode number: the origin's for copied-up objects. */
 	res->key_dev = res->st.st_dev;
 	res->key_ino = res->st.st_ino;
-	res->ino = res->st.st_ino;
+	res->ino = res->upper_fd >= 0 ? res->st.st_ino : ovl_view_ino(res->lower_layer, res->st.st_ino);
 	res->hashable = res->upper_fd >= 0 || S_ISDIR(res->st.st_mode) || res->st.st_nlink <= 1;
 	if (res->upper_fd >= 0) {
 		dev_t od = 0;
 		ino_t oi = 0;
+		unsigned ol = 0;
 		bool is_new = false;
 
-		r = origin_read(res->upper_fd, &od, &oi, &is_new);
+		r = origin_read(res->upper_fd, &ol, &od, &oi, &is_new);
 		if (r == 0 && !is_new) {
-			res->ino = oi;
+			res->ino = ovl_view_ino(origin_layer(ol, od), oi);
 		} else if (r == 0) {
 			res->new_of_dev = od;
 			res->new_of_ino = oi;
@@ -440,7 +509,7 @@ static int resolve_in_stack(const struct ovl_stack *s, const char *name, struct 
 			if (ovl_fgetxattr(res->upper_fd, OVL_XATTR_ORIGIN_KERNEL, NULL, 0) >= 0 &&
 			    fstatat(res->lower_fd, "", &lst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 &&
 			    (lst.st_mode & S_IFMT) == (res->st.st_mode & S_IFMT))
-				res->ino = lst.st_ino;
+				res->ino = ovl_view_ino(res->lower_layer, lst.st_ino);
 		}
 	}
 	return 0;

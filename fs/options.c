@@ -317,6 +317,15 @@ static int parse_one(struct ovl_options *o, char *opt, char *err, size_t errlen)
 			return fail(err, errlen, "invalid acl '%s': expected on or off", v);
 		return 0;
 	}
+	if (strcmp(opt, "xino") == 0) {
+		if (v && (strcmp(v, "off") == 0 || strcmp(v, "0") == 0))
+			o->xino = false;
+		else if (!v || strcmp(v, "auto") == 0 || strcmp(v, "on") == 0 || strcmp(v, "1") == 0)
+			o->xino = true;
+		else
+			return fail(err, errlen, "invalid xino '%s': expected auto, on or off", v);
+		return 0;
+	}
 	if (!v && strcmp(opt, "noacl") == 0) { /* fuse-overlayfs' spelling */
 		o->acl = false;
 		return 0;
@@ -394,6 +403,7 @@ int ovl_options_parse(int argc, char **argv, struct ovl_options *o, char *err, s
 	o->fsync = true;
 	o->metacopy = true;
 	o->acl = true;
+	o->xino = true;
 	o->bgfill = (uint64_t)64 << 20;
 	o->passthrough = OVL_PT_ALL;
 	o->uring = OVL_URING_AUTO;

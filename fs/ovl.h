@@ -70,6 +70,7 @@ struct ovl_options {
 	bool fsync;           /* honour fsync requests (default true) */
 	bool metacopy;        /* metadata-only copy-up of regular files (default true), see fs/metacopy.h */
 	bool acl;             /* POSIX ACLs kept and enforced by the kernel (default true), see fs/acl.h */
+	bool xino;            /* layers on several filesystems: st_ino carries the layer's filesystem (default true) */
 	bool read_only;
 	unsigned threads;     /* max /dev/fuse worker threads; io_uring: spread over the queues, at least 2 each */
 	uint64_t quota_bytes, quota_inodes; /* 0 = unlimited */
@@ -197,6 +198,8 @@ struct ovl_fs {
 	dev_t lower_devs[OVL_MAX_LOWER];
 	dev_t upper_dev;
 	size_t n_lower;
+	unsigned xino_shift;                /* 0: st_ino passes through; else ovl_view_ino() puts the fsid at this bit */
+	uint8_t lower_fsid[OVL_MAX_LOWER];  /* 0: on the upper's filesystem, else 1.. per other filesystem */
 	struct ovl_node root;
 	struct fuse_session *se;
 	double timeout;
@@ -431,8 +434,24 @@ int ovl_node_getattr(struct ovl_node *n, struct stat *st);
 /* Converts an on-disk stat into the view's in place (ids, ino, nlink of merged dirs). */
 void ovl_stat_to_view(struct ovl_node *n, struct stat *st, bool merged_dir);
 
-/* Reads the origin record of @fd (O_PATH of an upper object). Returns 0 and dev/ino, -ENODATA or -errno. */
-int ovl_origin_read(int fd, dev_t *ret_dev, ino_t *ret_ino);
+/*
+ * Reads the origin record of @fd (O_PATH of an upper object): the view's
+ * st_ino of a copy that keeps its origin's (ovl_view_ino()). Returns 0,
+ * -ENODATA (none, or a " new" object with its own st_ino) or -errno.
+ */
+int ovl_origin_view_ino(int fd, ino_t *ret_ino);
+
+/*
+ * xino, as kernel overlayfs's: with the layers on more than one filesystem,
+ * inode numbers of different layers can be equal, and tar, rsync -H, du or
+ * find would take two files for hard links of one. The view's st_ino of
+ * inode @ino of lower layer @layer (-1: the upper) then carries the
+ * layer's filesystem index in its high bits (the upper's, index 0, passes
+ * through unchanged). An inode number too big for that passes through
+ * (logged once). Set up by ovl_xino_setup() from the layers' st_dev.
+ */
+ino_t ovl_view_ino(int layer, ino_t ino);
+void ovl_xino_setup(struct ovl_fs *fs);
 
 /* Formats the origin record of a lower object (layer index, stat). Returns the length. */
 int ovl_origin_format(char *buf, size_t size, unsigned layer, const struct stat *st);

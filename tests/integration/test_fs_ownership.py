@@ -192,6 +192,58 @@ def test_inode_numbers(fsenv):
     check_dino(m2.path, "after remount")
 
 
+def test_layers_on_two_filesystems_get_distinct_inodes(fsenv):
+    """xino: a lower layer on one tmpfs and the upper on another number
+    their inodes from the same small values; the view must not show two
+    files under one st_ino (tar, rsync -H and du would take them for hard
+    links). With xino=off they do collide, which shows the test can fail."""
+    fsutil.require_impl("draftfs")
+    fa, fb = fsenv.dir("fs_a"), fsenv.dir("fs_b")
+    for d in (fa, fb):
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", d], check=True)
+    try:
+        lower = os.path.join(fa, "lower")
+        os.makedirs(os.path.join(lower, "ld"))
+        # enough that the lower's inode numbers cover those the upper hands out (a few hundred up)
+        for i in range(1000):
+            fsutil.write_file(os.path.join(lower, "l%02d" % i), b"lower %d\n" % i)
+        for i in range(10):
+            fsutil.write_file(os.path.join(lower, "ld", "x%d" % i), b"x%d\n" % i)
+        upper, work = os.path.join(fb, "upper"), os.path.join(fb, "work")
+        os.makedirs(upper)
+        os.makedirs(work)
+        m = fsenv.mount("draftfs", [lower], upper=upper, work=work, name="xino")
+        os.mkdir(os.path.join(m.path, "nd"))
+        for i in range(40):
+            fsutil.write_file(os.path.join(m.path, "nd", "n%02d" % i), b"new %d\n" % i)
+        for n in ("l03", "ld/x1"):
+            with open(os.path.join(m.path, n), "ab") as f:
+                f.write(b"!")
+        os.chmod(os.path.join(m.path, "l05"), 0o600)
+        distinct_files_distinct_inodes(m.path, "xino")
+        views = {}
+        for d in (".", "ld", "nd"):
+            for name, ino in dinos(os.path.join(m.path, d)).items():
+                p = os.path.normpath(os.path.join(d, name))
+                st = os.lstat(os.path.join(m.path, p))
+                assert ino == st.st_ino, f"d_ino {ino} != st_ino {st.st_ino} for '{p}'"
+                views[p] = st.st_ino
+        assert views["l00"] != os.lstat(os.path.join(lower, "l00")).st_ino, "a lower inode carries its filesystem"
+        assert views["nd/n00"] == os.lstat(os.path.join(upper, "nd", "n00")).st_ino, "the upper's passes through"
+        m.stop()
+        m2 = fsenv.mount("draftfs", [lower], upper=upper, work=work, name="xino-again")
+        again = {p: os.lstat(os.path.join(m2.path, p)).st_ino for p in views}
+        assert again == views, "st_ino changed across remount"
+        m2.stop()
+        m3 = fsenv.mount("draftfs", [lower], upper=upper, work=work, opts="xino=off", name="xino-off")
+        with pytest.raises(AssertionError, match="different files share st_ino"):
+            distinct_files_distinct_inodes(m3.path, "xino=off")
+        m3.stop()
+    finally:
+        for d in (fa, fb):
+            subprocess.run(["umount", "-l", d], check=False)
+
+
 def test_split_hard_links_get_distinct_inodes(fsenv):
     """Copy-up splits a lower hard link (f1 / d/hl_f1, e/ef / a/b/hl_ef) into two files, as the kernel
     with index=off does; from then on they must not share an st_ino, or tar, rsync, cp -a and du take

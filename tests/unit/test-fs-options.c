@@ -180,6 +180,21 @@ static void test_errors(void)
 	ok(!o.acl, "acl=off turns ACLs off");
 	ovl_options_free(&o);
 
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w", "/m", NULL);
+	ok(o.xino, "xino auto by default");
+	ovl_options_free(&o);
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,xino=off", "/m", NULL);
+	is_int(r, 0, "xino=off parses");
+	ok(!o.xino, "xino=off turns it off");
+	ovl_options_free(&o);
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,xino=on", "/m", NULL);
+	ok(r == 0 && o.xino, "xino=on is auto");
+	ovl_options_free(&o);
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,xino=maybe", "/m", NULL);
+	is_int(r, -EINVAL, "bad xino value rejected");
+	ok(strstr(err, "invalid xino 'maybe': expected auto, on or off") != NULL, "error quotes the value: %s", err);
+	ovl_options_free(&o);
+
 	r = parse(&o, err, "-x", "-o", "lowerdir=/l,upperdir=/u,workdir=/w", "/m");
 	is_int(r, -EINVAL, "unknown flag rejected");
 	ovl_options_free(&o);
