@@ -202,6 +202,11 @@ bool ovl_dir_is_opaque(int dir_fd)
 	return n == 1 && v[0] == 'y';
 }
 
+bool ovl_dir_is_redirected(int dir_fd)
+{
+	return fgetxattr(dir_fd, "trusted.overlay.redirect", NULL, 0) >= 0;
+}
+
 static void proc_entry_path(char *buf, size_t size, int dir_fd, const char *entry)
 {
 	snprintf(buf, size, "/proc/self/fd/%d/%s", dir_fd, entry);

@@ -95,6 +95,8 @@ static inline bool ovl_is_whiteout(const struct stat *st)
 
 /* True if the directory open as @dir_fd (a real fd, not O_PATH) carries trusted.overlay.opaque="y". */
 bool ovl_dir_is_opaque(int dir_fd);
+/* Whether the upper dir @dir_fd carries trusted.overlay.redirect (kernel overlayfs moved it, redirect_dir=on). */
+bool ovl_dir_is_redirected(int dir_fd);
 
 /*
  * Reads xattr @name of entry @name_in_dir of @dir_fd without following a

@@ -617,6 +617,29 @@ static int locate_data(struct walk *w, int ufd, const char *name, const char *pa
 }
 
 /*
+ * An upper dir that kernel overlayfs moved with redirect_dir=on: below it,
+ * the view merges the lower dir its redirect names, which this walk does
+ * not follow. A diff would leave out what the move brought along, and a
+ * commit of it would delete those files from the workspace: diff and
+ * commit refuse it (status and discard, lenient, take the upper as it is,
+ * so it can be discarded).
+ */
+static int refuse_redirected(struct walk *w, const char *path)
+{
+	cJSON *paths = cJSON_CreateArray();
+
+	if (paths)
+		cJSON_AddItemToArray(paths, cJSON_CreateString(path));
+	cJSON_Delete(w->error);
+	w->error = NULL;
+	return ovl_ctl_error(&w->error, -EOPNOTSUPP, "refused", paths,
+	                     "'%s' is a directory moved by kernel overlayfs with redirect_dir=on "
+	                     "(trusted.overlay.redirect): its lower content is not followed here, so diff and commit "
+	                     "refuse it; discard it, or move it back (and again through draftfs)",
+	                     path);
+}
+
+/*
  * @hidden: an ancestor (or the parent) is an opaque upper dir, so no lower
  * content is visible at this depth: lower names missing from an upper dir
  * here are deletions, whatever the dir's own flag says (overlayfs stops
@@ -676,6 +699,8 @@ static int visit_upper_entry(struct walk *w, const char *dirpath, int ufd, const
 		if (cfd < 0)
 			return errno == ENOENT ? 0 : -errno;
 		opq = ovl_dir_is_opaque(cfd);
+		if (!(w->flags & OVL_DIFF_LENIENT) && ovl_dir_is_redirected(cfd))
+			return refuse_redirected(w, path);
 		if (!found || !S_ISDIR(lst.st_mode)) {
 			if (m == OVL_SEL_INSIDE) {
 				r = add_change(w, path, found ? OVL_TYPE_CHANGED : OVL_ADDED, &c);

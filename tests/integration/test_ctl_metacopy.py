@@ -336,6 +336,26 @@ def test_discard(session):
     assert snapshot(session.lower) == before
 
 
+def test_dir_moved_by_the_kernel_is_refused(session):
+    """A lower dir renamed by kernel overlayfs with redirect_dir=on is an
+    upper dir with trusted.overlay.redirect whose content below is the old
+    dir's: diff and commit refuse it (a commit would drop the files it
+    brought along from the workspace), status and discard work."""
+    populate(session.lower)
+    session.change(lambda m: os.rename(os.path.join(m, "dir"), os.path.join(m, "moved")), metacopy=True)
+    assert os.getxattr(up(session, "moved"), "trusted.overlay.redirect") == b"dir"  # relative: same parent
+    before = snapshot(session.lower)
+    for verb in ("diff", "commit"):
+        p = session.run(verb, check=False)
+        assert p.returncode == 3, (verb, p.returncode, p.stderr)
+        assert "'moved' is a directory moved by kernel overlayfs with redirect_dir=on" in p.stderr, p.stderr
+    assert snapshot(session.lower) == before, "nothing committed"
+    assert json.loads(session.run("status").stdout)["summary"]["total"] > 0
+    session.run("discard")
+    assert os.listdir(session.upper) == []
+    assert snapshot(session.lower) == before
+
+
 def edit_more(m):
     edit(m)
     # the data of kept2.txt is replaced at its old name: a stale re-read would give "new"
