@@ -170,13 +170,8 @@ def test_bad_paths(session):
     assert p.returncode == 2 and "unknown diff format" in p.stderr
 
 
-def test_git_patch_applies(session):
-    populate(session.lower)
-    session.change(edit)
-    patch = session.run("diff", "--format", "patch", binary=True).stdout
-    assert b"GIT binary patch" in patch
-    assert b"old mode 100644" in patch and b"new mode 100755" in patch
-    assert b"deleted file mode" in patch and b"new file mode 120000" not in patch or True
+def assert_patch_applies(session, patch):
+    """git apply takes @patch on a copy of the workspace, which then holds the view's files."""
     work = os.path.join(session.root, "applied")
     shutil.copytree(session.lower, work, symlinks=True)
     pf = os.path.join(session.root, "p.diff")
@@ -184,9 +179,17 @@ def test_git_patch_applies(session):
         f.write(patch)
     r = subprocess.run(["git", "apply", "--binary", pf], cwd=work, capture_output=True)
     assert r.returncode == 0, r.stderr
-    got = files_only(snapshot(work), git_modes=True)
-    want = files_only(session.view(), git_modes=True)
-    assert got == want
+    assert files_only(snapshot(work), git_modes=True) == files_only(session.view(), git_modes=True)
+
+
+def test_git_patch_applies(session):
+    populate(session.lower)
+    session.change(edit)
+    patch = session.run("diff", "--format", "patch", binary=True).stdout
+    assert b"GIT binary patch" in patch
+    assert b"old mode 100644" in patch and b"new mode 100755" in patch
+    assert b"deleted file mode" in patch and b"new file mode 120000" not in patch or True
+    assert_patch_applies(session, patch)
 
 
 def test_git_patch_in_batches(session):
@@ -209,14 +212,7 @@ def test_git_patch_in_batches(session):
     assert batched == whole
     names = [line.split(b" b/")[-1] for line in whole.splitlines() if line.startswith(b"diff --git")]
     assert names == sorted(names), names
-    work = os.path.join(session.root, "applied")
-    shutil.copytree(session.lower, work, symlinks=True)
-    pf = os.path.join(session.root, "p.diff")
-    with open(pf, "wb") as f:
-        f.write(batched)
-    r = subprocess.run(["git", "apply", "--binary", pf], cwd=work, capture_output=True)
-    assert r.returncode == 0, r.stderr
-    assert files_only(snapshot(work), git_modes=True) == files_only(session.view(), git_modes=True)
+    assert_patch_applies(session, batched)
 
 
 def test_git_patch_empty_and_filtered(session):
