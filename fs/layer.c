@@ -86,11 +86,12 @@ int ovl_origin_format(char *buf, size_t size, unsigned layer, const struct stat 
 			(long long)st->st_ctim.tv_sec, st->st_ctim.tv_nsec, (unsigned)st->st_mode);
 }
 
-/* Reads the origin record of @fd: its lower layer, dev and ino, and *ret_new for a " new" one. Returns 0, -ENODATA or -errno. */
-static int origin_read(int fd, unsigned *ret_layer, dev_t *ret_dev, ino_t *ret_ino, bool *ret_new)
+int ovl_origin_get(int fd, struct ovl_origin *ret)
 {
 	char buf[256];
 	unsigned long long dev, ino;
+	long long size = -1, mtime_s = 0;
+	long mtime_ns = 0;
 	unsigned layer;
 	ssize_t n;
 
@@ -98,12 +99,17 @@ static int origin_read(int fd, unsigned *ret_layer, dev_t *ret_dev, ino_t *ret_i
 	if (n < 0)
 		return n == -EOPNOTSUPP ? -ENODATA : (int)n;
 	buf[n] = '\0';
-	if (sscanf(buf, "v1 layer=%u dev=%llu ino=%llu", &layer, &dev, &ino) != 3)
-		return -EBADMSG;
-	*ret_new = n >= 4 && strcmp(buf + n - 4, " new") == 0;
-	*ret_layer = layer;
-	*ret_dev = (dev_t)dev;
-	*ret_ino = (ino_t)ino;
+	if (sscanf(buf, "v1 layer=%u dev=%llu ino=%llu size=%lld mtime=%lld.%ld", &layer, &dev, &ino, &size, &mtime_s,
+		   &mtime_ns) < 3)
+		return -EBADMSG; /* "v1 none" too */
+	*ret = (struct ovl_origin){
+		.layer = layer,
+		.dev = (dev_t)dev,
+		.ino = (ino_t)ino,
+		.size = (off_t)size,
+		.mtime = { .tv_sec = (time_t)mtime_s, .tv_nsec = mtime_ns },
+		.is_new = n >= 4 && strcmp(buf + n - 4, " new") == 0,
+	};
 	return 0;
 }
 
@@ -123,17 +129,14 @@ static int origin_layer(unsigned layer, dev_t dev)
 
 int ovl_origin_view_ino(int fd, ino_t *ret_ino)
 {
-	unsigned layer;
-	dev_t dev;
-	ino_t ino;
-	bool is_new;
-	int r = origin_read(fd, &layer, &dev, &ino, &is_new);
+	struct ovl_origin o;
+	int r = ovl_origin_get(fd, &o);
 
 	/* " new": created over a whiteout, or a split lower hard link: not a copy keeping the origin's st_ino */
-	if (r == 0 && is_new)
+	if (r == 0 && o.is_new)
 		return -ENODATA;
 	if (r == 0)
-		*ret_ino = ovl_view_ino(origin_layer(layer, dev), ino);
+		*ret_ino = ovl_view_ino(origin_layer(o.layer, o.dev), o.ino);
 	return r;
 }
 
@@ -492,17 +495,14 @@ static int resolve_in_stack(const struct ovl_stack *s, const char *name, struct 
 	res->ino = res->upper_fd >= 0 ? res->st.st_ino : ovl_view_ino(res->lower_layer, res->st.st_ino);
 	res->hashable = res->upper_fd >= 0 || S_ISDIR(res->st.st_mode) || res->st.st_nlink <= 1;
 	if (res->upper_fd >= 0) {
-		dev_t od = 0;
-		ino_t oi = 0;
-		unsigned ol = 0;
-		bool is_new = false;
+		struct ovl_origin o;
 
-		r = origin_read(res->upper_fd, &ol, &od, &oi, &is_new);
-		if (r == 0 && !is_new) {
-			res->ino = ovl_view_ino(origin_layer(ol, od), oi);
+		r = ovl_origin_get(res->upper_fd, &o);
+		if (r == 0 && !o.is_new) {
+			res->ino = ovl_view_ino(origin_layer(o.layer, o.dev), o.ino);
 		} else if (r == 0) {
-			res->new_of_dev = od;
-			res->new_of_ino = oi;
+			res->new_of_dev = o.dev;
+			res->new_of_ino = o.ino;
 		} else if (res->lower_fd >= 0) {
 			struct stat lst;
 

@@ -434,6 +434,19 @@ int ovl_node_getattr(struct ovl_node *n, struct stat *st);
 /* Converts an on-disk stat into the view's in place (ids, ino, nlink of merged dirs). */
 void ovl_stat_to_view(struct ovl_node *n, struct stat *st, bool merged_dir);
 
+/* An origin record (trusted.draftbox.origin, docs/fs.md): the lower object an upper one shadows or was copied from. */
+struct ovl_origin {
+	unsigned layer;
+	dev_t dev;
+	ino_t ino;
+	off_t size;            /* -1 when the record has none */
+	struct timespec mtime; /* the lower object's at copy-up */
+	bool is_new;           /* " new": not a copy keeping the origin's st_ino (over a whiteout, a split hard link) */
+};
+
+/* Reads the origin record of @fd (O_PATH is fine). Returns 0, -ENODATA, -EBADMSG ("v1 none" too) or -errno. */
+int ovl_origin_get(int fd, struct ovl_origin *ret);
+
 /*
  * Reads the origin record of @fd (O_PATH of an upper object): the view's
  * st_ino of a copy that keeps its origin's (ovl_view_ino()). Returns 0,

@@ -584,7 +584,7 @@ def test_live_writer_across_commit_and_discard(live):
     a = os.path.join(m.mnt, "src/a.c")
     fd = os.open(a, os.O_RDWR)
     wfd = os.open(os.path.join(m.mnt, "README"), os.O_WRONLY | os.O_APPEND)
-    nfd = -1
+    nfd = xfd = -1
     try:
         os.pwrite(fd, b"int b;\n", 7)
         m.run("commit")
@@ -604,6 +604,11 @@ def test_live_writer_across_commit_and_discard(live):
         os.write(wfd, b"one\n")
         nfd = os.open(os.path.join(m.mnt, "new.txt"), os.O_WRONLY | os.O_CREAT, 0o644)
         os.write(nfd, b"new\n")
+        # a file made in the session over a deleted lower one: another file than the one a discard brings back
+        x = os.path.join(m.mnt, "old/deep/x")
+        os.unlink(x)
+        xfd = os.open(x, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(xfd, b"mine\n")
         m.run("discard")
         assert open(os.path.join(m.mnt, "README")).read() == "readme\n"
         assert open(a).read() == "int a;\nint b;\nint c;\n"
@@ -614,8 +619,12 @@ def test_live_writer_across_commit_and_discard(live):
         assert not os.path.exists(os.path.join(m.mnt, "new.txt"))
         assert os.write(nfd, b"orphan\n") == 7
         assert not os.path.exists(os.path.join(m.mnt, "new.txt"))
+        assert os.write(xfd, b"more\n") == 5
+        assert open(x).read() == "x\n", "the lower file the discard brought back is not written"
         assert set(m.changes()) == {"README"}
     finally:
+        if xfd >= 0:
+            os.close(xfd)
         os.close(fd)
         os.close(wfd)
         if nfd >= 0:
