@@ -37,11 +37,12 @@ int ovl_bgfill_start(void);
 void ovl_bgfill_stop(void);
 
 /*
- * Before the mount: when the state dir says background fills may have been
- * cut short (a daemon killed during one), fills each file left so, whole,
- * from below, keeping its size (past the lower file's end, the page cache
- * holds what the view wrote; within it, which chunks were in is not known,
- * so the writes there are lost). Returns 0 or -errno.
+ * Before the mount, or offline (`draftfs recover`): when the state dir says
+ * background fills may have been cut short (a daemon killed during one),
+ * copies in the chunks each file left so lacks, as its chunk map says
+ * (without a map, all of them), keeping its size and what the view wrote
+ * (the page cache holds it in this boot), then makes it plain. Returns 0
+ * or -errno.
  */
 struct ovl_layers;
 int ovl_bgfill_recover(const struct ovl_layers *l, bool fsync);

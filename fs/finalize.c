@@ -120,6 +120,45 @@ static void recover(struct ovl_fs *fs)
 		note_error(r, "the files left by an earlier daemon");
 }
 
+/* The offline walk (ovl_finalize_offline): single-threaded, no finalizer thread. */
+static unsigned offline_done;
+static int offline_err;
+
+static uint64_t offline_one(int dir_fd, const char *name, const struct stat *st)
+{
+	_cleanup_close_ int fd = -1;
+	int r;
+
+	if (st->st_size == 0 || ovl_metacopy_filled_at(dir_fd, name) <= 0)
+		return 0;
+	fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	r = fd < 0 ? -errno : finalize_now(fd);
+	if (r < 0 && !offline_err)
+		offline_err = r;
+	offline_done += r > 0;
+	return 0;
+}
+
+int ovl_finalize_offline(const struct ovl_layers *l, unsigned *ret_done)
+{
+	uint64_t inodes, bytes;
+	int r;
+
+	*ret_done = 0;
+	if (faccessat(l->state_fd, FLAG_NAME, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
+		return 0;
+	offline_done = 0;
+	offline_err = 0;
+	r = dir_usage_at(l->upper_fd, offline_one, &inodes, &bytes);
+	*ret_done = offline_done;
+	if (r < 0)
+		return r;
+	if (offline_err < 0)
+		return offline_err;
+	ovl_state_flag_lower(l->state_fd, FLAG_NAME);
+	return 0;
+}
+
 static void *finalize_thread(void *userdata)
 {
 	struct ovl_fs *fs = userdata;

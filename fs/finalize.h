@@ -16,6 +16,7 @@
 #include <stdbool.h>
 
 struct ovl_fs;
+struct ovl_layers;
 
 /*
  * Starts the finalizer thread. When the state dir holds the "unsynced"
@@ -52,6 +53,15 @@ int ovl_finalize_fd(int fd);
  */
 int ovl_state_flag_raise(int state_fd, const char *name);
 void ovl_state_flag_lower(int state_fd, const char *name);
+
+/*
+ * Offline (`draftfs recover` with no daemon): when the "unsynced" flag says
+ * a killed daemon may have left marked files, finalizes those of this boot
+ * in the upper of @l and removes the flag, so kernel overlayfs reads them
+ * as the plain files they are. *@ret_done: how many. Returns 0 or the
+ * first -errno (the flag then stays).
+ */
+int ovl_finalize_offline(const struct ovl_layers *l, unsigned *ret_done);
 
 /* Waits until everything queued before the call is finalized. Returns 0, or the first error since the last call. */
 int ovl_finalize_flush(void);

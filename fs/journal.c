@@ -15,9 +15,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bgfill.h"
 #include "commit.h"
 #include "ctl-ops.h"
 #include "fdpath.h"
+#include "finalize.h"
 #include "journal.h"
 #include "json-util.h"
 #include "log.h"
@@ -184,6 +186,18 @@ int ovl_op_recover(const struct ovl_ctl_env *env, cJSON **ret_result, cJSON **re
 		return -ENOMEM;
 	cJSON_AddBoolToObject(res, "recovered", r > 0);
 	cJSON_AddNumberToObject(res, "paths", r > 0 ? (double)sel.n : 0);
+	if (!env->live && !env->in_daemon) {
+		/* No daemon: finish the copy-ups a killed one left, so kernel overlayfs reads the upper right too. */
+		int q = ovl_bgfill_recover(env->layers, true);
+		unsigned fin = 0;
+
+		if (q >= 0)
+			q = ovl_finalize_offline(env->layers, &fin);
+		if (q < 0)
+			return ovl_ctl_error(ret_error, q, "io", NULL,
+			                     "cannot finish the copy-ups a killed draftfs left in the upper");
+		cJSON_AddNumberToObject(res, "finalized", fin);
+	}
 	if (r > 0) {
 		r = ovl_commit_run(env, &sel, &opts, OVL_COMMIT_RECOVERING | (staged ? OVL_COMMIT_STAGED : 0), &inner,
 		                   ret_error);

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from fsutil import boot_id, draftfs_bin, fsenv, require_impl, write_file, xattr  # noqa: F401
+from fsutil import KERNEL_VERIFY_OPTS, boot_id, draftfs_bin, fsenv, require_impl, write_file, xattr  # noqa: F401
 from fsutil import read_file as read
 
 MC = "trusted.overlay.metacopy"
@@ -301,6 +301,20 @@ def test_kill_during_the_copy(fsenv):
     m.stop()
     assert read(up) == want + b"!"
     assert xattr(up, MC) is None
+
+
+def test_kill_then_offline_recover_for_the_kernel(fsenv):
+    """`draftfs recover` with no mount copies in the missing chunks and makes the file plain, so kernel
+    overlayfs reads what the view wrote (it would read the data below)."""
+    writes = [(0, b"kept at 0"), (40 * MiB + 5, b"kept in a chunk copied out of order"), (SIZE, b"+kept")]
+    lower, m, up = killed_mid_copy(fsenv, writes)
+    r = subprocess.run([draftfs_bin(), "recover", "--lowerdir", lower, "--upperdir", m.upper, "--workdir", m.work],
+                       capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr.decode()
+    assert xattr(up, MC) is None and xattr(up, "trusted.draftbox.bgfill") is None
+    assert not os.path.exists(os.path.join(m.work, "draftfs", "bgfill"))
+    k = fsenv.mount("kernel", [lower], upper=m.upper, opts=KERNEL_VERIFY_OPTS)
+    assert read(os.path.join(k.path, "big.bin")) == patched(data(), writes)
 
 
 def test_kill_after_a_truncate_during_the_copy(fsenv):

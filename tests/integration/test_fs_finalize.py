@@ -10,12 +10,14 @@ marker of another boot leaves a plain metacopy (the data may never have
 reached the disk), and that the kernel reads the result.
 """
 import errno
+import json
 import os
+import subprocess
 import time
 
 import pytest
 
-from fsutil import KERNEL_VERIFY_OPTS, boot_id, fsenv, require_impl, write_file, xattr  # noqa: F401
+from fsutil import KERNEL_VERIFY_OPTS, boot_id, draftfs_bin, fsenv, require_impl, write_file, xattr  # noqa: F401
 from fsutil import read_file as read
 
 MC = "trusted.overlay.metacopy"
@@ -148,6 +150,26 @@ def test_marks_left_by_a_killed_daemon_are_finalized(fsenv):
     assert is_plain(up)
     assert read(up) == b"written before the kill"
     assert not os.path.exists(flag(m))
+
+
+def test_offline_recover_finalizes_for_the_kernel(fsenv):
+    """After a kill, `draftfs recover` with no mount finalizes the marked files of this boot, so kernel
+    overlayfs reads them as the plain files they are (it would read the data below)."""
+    require_impl("draftfs")
+    lower = lower_tree(fsenv)
+    upper, work = fsenv.dir("upper"), fsenv.dir("work")
+    up = hand_made_fill(upper, "f0.bin", b"written before the kill", boot_id())
+    os.makedirs(os.path.join(work, "draftfs"), mode=0o700)
+    open(os.path.join(work, "draftfs", "unsynced"), "w").close()
+    r = subprocess.run([draftfs_bin(), "recover", "--lowerdir", lower, "--upperdir", upper, "--workdir", work],
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr.decode()
+    assert json.loads(r.stdout)["finalized"] == 1
+    assert is_plain(up) and read(up) == b"written before the kill"
+    assert not os.path.exists(os.path.join(work, "draftfs", "unsynced"))
+    k = fsenv.mount("kernel", [lower], upper=upper, opts=KERNEL_VERIFY_OPTS)
+    assert read(os.path.join(k.path, "src", "f0.bin")) == b"written before the kill"
+    assert read(os.path.join(k.path, "src", "f1.bin")) == data(2)
 
 
 def test_kill_right_after_a_copy_up(fsenv):
