@@ -84,15 +84,20 @@ static void note_error(int r, const char *what)
 	log_error_errno(r, "cannot finalize %s: it stays a metacopy on disk until it is", what);
 }
 
+/* A recovery walk's upper regular file @name, opened if it is a marked metacopy of this boot; else -1. */
+static int open_marked(int dir_fd, const char *name, const struct stat *st)
+{
+	if (st->st_size == 0 || ovl_metacopy_filled_at(dir_fd, name) <= 0)
+		return -1;
+	return openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+}
+
 /* The recovery walk's visit of each upper regular file (a dir_usage_bytes_fn). */
 static uint64_t recover_one(int dir_fd, const char *name, const struct stat *st)
 {
-	_cleanup_close_ int fd = -1;
+	_cleanup_close_ int fd = open_marked(dir_fd, name, st);
 	int r;
 
-	if (st->st_size == 0 || ovl_metacopy_filled_at(dir_fd, name) <= 0)
-		return 0;
-	fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 	if (fd < 0)
 		return 0;
 	/* Busy like a queued file: an fsync of it meanwhile waits for the removals to be synced. */
@@ -126,13 +131,12 @@ static int offline_err;
 
 static uint64_t offline_one(int dir_fd, const char *name, const struct stat *st)
 {
-	_cleanup_close_ int fd = -1;
+	_cleanup_close_ int fd = open_marked(dir_fd, name, st);
 	int r;
 
-	if (st->st_size == 0 || ovl_metacopy_filled_at(dir_fd, name) <= 0)
+	if (fd < 0)
 		return 0;
-	fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-	r = fd < 0 ? -errno : finalize_now(fd);
+	r = finalize_now(fd);
 	if (r < 0 && !offline_err)
 		offline_err = r;
 	offline_done += r > 0;

@@ -135,14 +135,20 @@ def test_marker_of_another_boot_is_a_metacopy(fsenv):
     assert read(up) == read(v)
 
 
-def test_marks_left_by_a_killed_daemon_are_finalized(fsenv):
-    """The same boot: the page cache holds what the dead daemon wrote. The next mount shows it and finalizes it."""
-    require_impl("draftfs")
+def left_by_a_killed_daemon(fsenv):
+    """Layers as a daemon killed in this boot leaves them: src/f0.bin filled and marked, the 'unsynced' flag up."""
     lower = lower_tree(fsenv)
     upper, work = fsenv.dir("upper"), fsenv.dir("work")
     up = hand_made_fill(upper, "f0.bin", b"written before the kill", boot_id())
     os.makedirs(os.path.join(work, "draftfs"), mode=0o700)
     open(os.path.join(work, "draftfs", "unsynced"), "w").close()
+    return lower, upper, work, up
+
+
+def test_marks_left_by_a_killed_daemon_are_finalized(fsenv):
+    """The same boot: the page cache holds what the dead daemon wrote. The next mount shows it and finalizes it."""
+    require_impl("draftfs")
+    lower, upper, work, up = left_by_a_killed_daemon(fsenv)
     m = fsenv.mount("draftfs", [lower], upper=upper, work=work)
     assert read(os.path.join(m.path, "src", "f0.bin")) == b"written before the kill"
     assert read(os.path.join(m.path, "src", "f1.bin")) == data(2)
@@ -156,11 +162,7 @@ def test_offline_recover_finalizes_for_the_kernel(fsenv):
     """After a kill, `draftfs recover` with no mount finalizes the marked files of this boot, so kernel
     overlayfs reads them as the plain files they are (it would read the data below)."""
     require_impl("draftfs")
-    lower = lower_tree(fsenv)
-    upper, work = fsenv.dir("upper"), fsenv.dir("work")
-    up = hand_made_fill(upper, "f0.bin", b"written before the kill", boot_id())
-    os.makedirs(os.path.join(work, "draftfs"), mode=0o700)
-    open(os.path.join(work, "draftfs", "unsynced"), "w").close()
+    lower, upper, work, up = left_by_a_killed_daemon(fsenv)
     r = subprocess.run([draftfs_bin(), "recover", "--lowerdir", lower, "--upperdir", upper, "--workdir", work],
                        capture_output=True, timeout=60)
     assert r.returncode == 0, r.stderr.decode()
