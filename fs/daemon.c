@@ -318,7 +318,7 @@ static int setup_root(struct ovl_fs *fs)
 		return -errno;
 	root->key_dev = st.st_dev;
 	root->key_ino = st.st_ino;
-	root->ino = st.st_ino;
+	root->ino = ovl_view_ino(-1, st.st_ino);
 	return 0;
 }
 

@@ -144,37 +144,41 @@ ino_t ovl_view_ino(int layer, ino_t ino)
 {
 	const struct ovl_fs *fs = ovl_fs;
 	static atomic_bool warned;
-	unsigned fsid = layer >= 0 && fs->xino_shift ? fs->lower_fsid[layer] : 0;
+	unsigned fsid = !fs->xino_shift ? 0 : layer < 0 ? fs->upper_fsid : fs->lower_fsid[layer];
 
 	if (!fsid)
 		return ino;
 	if (_unlikely_(ino >> fs->xino_shift)) {
 		if (!atomic_exchange(&warned, true))
-			log_warning("xino: inode number %llu of lowerdir %d does not leave %u bits free: such inode numbers "
-				    "pass through and may equal another layer's", (unsigned long long)ino, layer,
-				    64 - fs->xino_shift);
+			log_warning("xino: inode number %llu of layer %d (-1: the upper) does not leave %u bits free: such "
+				    "inode numbers pass through and may equal another layer's", (unsigned long long)ino,
+				    layer, 64 - fs->xino_shift);
 		return ino;
 	}
 	return ino | (ino_t)fsid << fs->xino_shift;
 }
 
+/* The xino index of filesystem @dev: 0 for the workspace's (@devs[0]), else its place among the others in @devs. */
+static uint8_t xino_fsid(dev_t devs[], unsigned *n, dev_t dev)
+{
+	unsigned id = 0;
+
+	while (id < *n && devs[id] != dev)
+		id++;
+	if (id == *n)
+		devs[(*n)++] = dev;
+	return (uint8_t)id;
+}
+
 void ovl_xino_setup(struct ovl_fs *fs)
 {
-	dev_t devs[OVL_MAX_LOWER];
+	dev_t devs[OVL_MAX_LOWER + 1];
 	unsigned n = 0, bits = 0;
 
-	for (size_t i = 0; i < fs->n_lower; i++) {
-		unsigned id = 0;
-
-		if (fs->lower_devs[i] != fs->upper_dev) {
-			while (id < n && devs[id] != fs->lower_devs[i])
-				id++;
-			if (id == n)
-				devs[n++] = fs->lower_devs[i];
-			id++;
-		}
-		fs->lower_fsid[i] = (uint8_t)id;
-	}
+	for (size_t i = 0; i < fs->n_lower; i++)
+		fs->lower_fsid[i] = xino_fsid(devs, &n, fs->lower_devs[i]);
+	fs->upper_fsid = xino_fsid(devs, &n, fs->upper_dev);
+	n--; /* the indexes past 0 */
 	fs->xino_shift = 0;
 	if (n == 0 || !fs->opt->xino)
 		return;
@@ -492,7 +496,7 @@ static int resolve_in_stack(const struct ovl_stack *s, const char *name, struct 
 	/* Identity: the top object. The view's inode number: the origin's for copied-up objects. */
 	res->key_dev = res->st.st_dev;
 	res->key_ino = res->st.st_ino;
-	res->ino = res->upper_fd >= 0 ? res->st.st_ino : ovl_view_ino(res->lower_layer, res->st.st_ino);
+	res->ino = ovl_view_ino(res->upper_fd >= 0 ? -1 : res->lower_layer, res->st.st_ino);
 	res->hashable = res->upper_fd >= 0 || S_ISDIR(res->st.st_mode) || res->st.st_nlink <= 1;
 	if (res->upper_fd >= 0) {
 		struct ovl_origin o;

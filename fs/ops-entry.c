@@ -542,7 +542,7 @@ int ovl_new_node(struct ovl_node *p, const char *name, int pfd, bool opaque, str
 	res.opaque = opaque && S_ISDIR(res.st.st_mode);
 	res.key_dev = res.st.st_dev;
 	res.key_ino = res.st.st_ino;
-	res.ino = res.st.st_ino;
+	res.ino = ovl_view_ino(-1, res.st.st_ino);
 	res.hashable = true;
 	st = res.st;
 	r = ovl_node_get(p, name, &res, &n);

@@ -479,7 +479,7 @@ static int do_rename(struct ovl_node *p, const char *name, struct ovl_node *np, 
 		ovl_node_unhash_name(dn, !alive);
 		replaced = dn;
 	}
-	if (src.upper_fd < 0 || sn->ino != src.st.st_ino)
+	if (src.upper_fd < 0 || sn->ino != ovl_view_ino(-1, src.st.st_ino))
 		ovl_mark_impure(npfd); /* the moved object carries an origin record */
 	(void)ovl_node_set_name(sn, np, nname);
 out:

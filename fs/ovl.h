@@ -199,7 +199,8 @@ struct ovl_fs {
 	dev_t upper_dev;
 	size_t n_lower;
 	unsigned xino_shift;                /* 0: st_ino passes through; else ovl_view_ino() puts the fsid at this bit */
-	uint8_t lower_fsid[OVL_MAX_LOWER];  /* 0: on the upper's filesystem, else 1.. per other filesystem */
+	uint8_t upper_fsid;                 /* 0: on the workspace's (lowerdir 0) filesystem, else 1.. per other one */
+	uint8_t lower_fsid[OVL_MAX_LOWER];
 	struct ovl_node root;
 	struct fuse_session *se;
 	double timeout;
@@ -459,9 +460,12 @@ int ovl_origin_view_ino(int fd, ino_t *ret_ino);
  * inode numbers of different layers can be equal, and tar, rsync -H, du or
  * find would take two files for hard links of one. The view's st_ino of
  * inode @ino of lower layer @layer (-1: the upper) then carries the
- * layer's filesystem index in its high bits (the upper's, index 0, passes
- * through unchanged). An inode number too big for that passes through
- * (logged once). Set up by ovl_xino_setup() from the layers' st_dev.
+ * layer's filesystem index in its high bits. Index 0, whose numbers pass
+ * through unchanged, is the filesystem of lowerdir 0, the workspace: its
+ * files keep the st_ino a git index made on the host recorded (the upper,
+ * when elsewhere, is mapped instead). An inode number too big for that
+ * passes through (logged once). Set up by ovl_xino_setup() from the
+ * layers' st_dev.
  */
 ino_t ovl_view_ino(int layer, ino_t ino);
 void ovl_xino_setup(struct ovl_fs *fs);
