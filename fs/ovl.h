@@ -462,8 +462,8 @@ int ovl_origin_view_ino(int fd, ino_t *ret_ino);
  * inode @ino of lower layer @layer (-1: the upper) then carries the
  * layer's filesystem index in its high bits. Index 0, whose numbers pass
  * through unchanged, is the filesystem of lowerdir 0, the workspace: its
- * files keep the st_ino a git index made on the host recorded (the upper,
- * when elsewhere, is mapped instead). An inode number too big for that
+ * files keep the st_ino the host shows, which tools recorded there (the
+ * upper, when elsewhere, is mapped instead). An inode number too big for that
  * passes through (logged once). Set up by ovl_xino_setup() from the
  * layers' st_dev.
  */

@@ -211,6 +211,13 @@ def test_layers_on_two_filesystems_get_distinct_inodes(fsenv):
             fsutil.write_file(os.path.join(lower, "l%02d" % i), b"lower %d\n" % i)
         for i in range(10):
             fsutil.write_file(os.path.join(lower, "ld", "x%d" % i), b"x%d\n" % i)
+        git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "safe.directory=*"]
+        subprocess.run(git + ["init", "-q", "repo"], cwd=lower, check=True)
+        fsutil.write_file(os.path.join(lower, "repo", "a.c"), b"int a;\n")
+        os.utime(os.path.join(lower, "repo", "a.c"), (1_600_000_000, 1_600_000_000))  # not racily clean
+        subprocess.run(git + ["add", "a.c"], cwd=os.path.join(lower, "repo"), check=True)
+        subprocess.run(git + ["commit", "-q", "-m", "a"], cwd=os.path.join(lower, "repo"), check=True)
+        subprocess.run(git + ["status", "-s"], cwd=os.path.join(lower, "repo"), check=True, capture_output=True)
         upper, work = os.path.join(fb, "upper"), os.path.join(fb, "work")
         os.makedirs(upper)
         os.makedirs(work)
@@ -223,6 +230,11 @@ def test_layers_on_two_filesystems_get_distinct_inodes(fsenv):
                 f.write(b"!")
         os.chmod(os.path.join(m.path, "l05"), 0o600)
         distinct_files_distinct_inodes(m.path, "xino")
+        # the index the host made stays valid in the view (st_ino, times, size as on the host): git status
+        # rewrites nothing, so nothing is copied up
+        r = subprocess.run(git + ["status", "--porcelain"], cwd=os.path.join(m.path, "repo"), capture_output=True)
+        assert r.returncode == 0 and r.stdout == b"", r
+        assert not os.path.exists(os.path.join(upper, "repo", ".git", "index"))
         views = {}
         for d in (".", "ld", "nd"):
             for name, ino in dinos(os.path.join(m.path, d)).items():
