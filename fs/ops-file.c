@@ -116,6 +116,7 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	unsigned gen = 0;
 
 	ovl_node_maybe_evict(); /* re-resolving evicted nodes takes fds too */
+	gen = atomic_load(&n->gen); /* before the fds are resolved: a commit after it makes the handle rebind */
 	if (ovl_node_is_split(n)) {
 		/* An open by path walks again and meets the node that took its place. */
 		fuse_reply_err(req, ESTALE);
@@ -127,7 +128,7 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			return;
 		}
 		ovl_mutate_begin();
-		gen = atomic_load(&n->gen); /* no commit or discard until ovl_mutate_end() */
+		gen = atomic_load(&n->gen); /* again: no commit or discard until ovl_mutate_end() */
 		pthread_rwlock_rdlock(&n->lock);
 		if (n->upper_fd < 0 && n->lower_fd >= 0) {
 			struct stat lst;
@@ -270,11 +271,21 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 	}
 }
 
-/* A file opened read-only before a copy-up keeps reading lower data: switch it to the upper copy. */
+/*
+ * The fd to read @fi through: moved first where a commit or discard moved
+ * the file (fs/rebind.c); a handle reading lower data (opened read-only
+ * before a copy-up) switches to the upper copy.
+ */
 static int read_fd(struct ovl_node *n, struct fuse_file_info *fi)
 {
 	struct ovl_fh *fh = (struct ovl_fh *)(uintptr_t)fi->fh;
 
+	if (_unlikely_(ovl_fh_is_stale(n, fi))) {
+		/* A commit or discard since (fs/rebind.c); an error leaves the handle where it was. */
+		ovl_mutate_begin();
+		(void)ovl_fh_rebind(n, fi);
+		ovl_mutate_end();
+	}
 	if (_unlikely_(fh->lower)) {
 		int nfd = -1;
 

@@ -42,12 +42,19 @@ static inline bool ovl_fh_is_lower(struct fuse_file_info *fi)
 }
 
 /*
- * Before a write through @fi (with ovl_mutate_begin() held): if a commit or
- * discard on the live mount moved or dropped the upper object the handle
- * was opened on, moves the handle onto the file the view shows now, copied
- * up again, behind the same fd number. Returns 0 or -errno.
+ * Before a read or write through @fi, with ovl_mutate_begin() held (a
+ * writable handle's rebind copies up): if a commit or discard on the live
+ * mount moved or dropped the object the handle was opened on, moves the
+ * handle onto the file the view shows now (copied up again for a writable
+ * one), behind the same fd number (fs/rebind.c). Returns 0 or -errno.
  */
 int ovl_fh_rebind(struct ovl_node *n, struct fuse_file_info *fi);
+
+/* Whether ovl_fh_rebind() has anything to do: a commit or discard touched @n since @fi's handle was bound. */
+static inline bool ovl_fh_is_stale(struct ovl_node *n, struct fuse_file_info *fi)
+{
+	return atomic_load(&((struct ovl_fh *)(uintptr_t)fi->fh)->gen) != atomic_load(&n->gen);
+}
 
 /* State of a create-like request: the parent's upper fd and the new owner. */
 struct ovl_create {

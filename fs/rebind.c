@@ -37,6 +37,14 @@ enum fh_fate {
  * as it rebinds first); or another file (a new one discarded, the name
  * holds a lower file it never was).
  */
+static bool same_object(int fd, const struct stat *st)
+{
+	struct stat t;
+
+	return fd >= 0 && fstatat(fd, "", &t, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 && t.st_dev == st->st_dev &&
+	       t.st_ino == st->st_ino;
+}
+
 static enum fh_fate fh_fate(struct ovl_node *n, int fd)
 {
 	struct ovl_origin mine, theirs;
@@ -44,9 +52,10 @@ static enum fh_fate fh_fate(struct ovl_node *n, int fd)
 
 	if (fstat(fd, &ust) < 0)
 		return FH_ORPHAN;
+	/* An invalidation that did not touch it (for a handle reading below: the data of a metacopy too) */
+	if (same_object(n->upper_fd, &ust) || same_object(n->lower_fd, &ust))
+		return FH_KEEP;
 	if (n->upper_fd >= 0) {
-		if (fstatat(n->upper_fd, "", &t, AT_EMPTY_PATH) == 0 && t.st_dev == ust.st_dev && t.st_ino == ust.st_ino)
-			return FH_KEEP; /* an invalidation that did not touch it */
 		/* Another handle rebound first: the lower object of the new copy, as its record says. */
 		if (ovl_origin_get(n->upper_fd, &theirs) < 0 || theirs.is_new)
 			return FH_ORPHAN;
@@ -67,14 +76,16 @@ static enum fh_fate fh_fate(struct ovl_node *n, int fd)
  * A commit or discard on the live mount moves or drops upper objects under
  * open files (the commit copies the data into the workspace and removes the
  * upper entry; a discard removes it), and changed() bumps the gen of the
- * nodes it touched. A writable handle must then write where the view shows
- * the file, not into the removed object: the file is copied up again (from
- * the workspace after a commit, from below after a discard) and the handle
- * moves onto the new upper object behind the same fd number, as read_fd()
- * does for a copy-up. The next diff shows the write. When the view shows
- * another file under the name, or none (a new file discarded), the handle
- * keeps its object, as one on an unlinked file does (fh_fate()). Rare: a
- * global lock serialises rebinds.
+ * nodes it touched. A handle must then read and write where the view shows
+ * the file, not the removed object: for a writable one the file is copied
+ * up again (from the workspace after a commit, from below after a discard)
+ * and the handle moves onto the new upper object behind the same fd
+ * number, as read_fd() does for a copy-up; a read-only one moves onto the
+ * view's file as it is (below, until a copy-up moves it up). The next diff
+ * shows the writes, and a reader sees what other handles wrote since. When
+ * the view shows another file under the name, or none (a new file
+ * discarded), the handle keeps its object, as one on an unlinked file does
+ * (fh_fate()). Rare: a global lock serialises rebinds.
  */
 int ovl_fh_rebind(struct ovl_node *n, struct fuse_file_info *fi)
 {
@@ -84,7 +95,9 @@ int ovl_fh_rebind(struct ovl_node *n, struct fuse_file_info *fi)
 	enum fh_fate fate = FH_ORPHAN;
 	int r = 0, nfd = -1;
 
-	if (_likely_(atomic_load(&fh->gen) == gen) || fh->wflags < 0)
+	bool write = fh->wflags >= 0, lower = false;
+
+	if (_likely_(atomic_load(&fh->gen) == gen))
 		return 0;
 	pthread_mutex_lock(&rebind_lock);
 	if (atomic_load(&fh->gen) == gen)
@@ -94,10 +107,17 @@ int ovl_fh_rebind(struct ovl_node *n, struct fuse_file_info *fi)
 		fate = fh_fate(n, fh->fd);
 		pthread_rwlock_unlock(&n->lock);
 	}
-	if (r >= 0 && fate == FH_REBIND)
+	if (r >= 0 && fate == FH_REBIND && write)
 		r = ovl_copy_up_size(n, -1);
 	if (r >= 0 && fate == FH_REBIND && (r = ovl_node_rdlock_fresh(n)) >= 0) {
-		r = n->upper_fd >= 0 && !n->metacopy ? fd_reopen(n->upper_fd, fh->wflags) : -ESTALE;
+		if (n->upper_fd >= 0 && !n->metacopy) {
+			r = fd_reopen(n->upper_fd, write ? fh->wflags : O_RDONLY);
+		} else if (!write && n->lower_fd >= 0) {
+			r = fd_reopen(n->lower_fd, O_RDONLY);
+			lower = true;
+		} else {
+			r = -ESTALE;
+		}
 		pthread_rwlock_unlock(&n->lock);
 	}
 	nfd = fate == FH_REBIND ? r : -1;
@@ -109,6 +129,8 @@ int ovl_fh_rebind(struct ovl_node *n, struct fuse_file_info *fi)
 		ovl_bgfill_put(bf);
 		if (r >= 0 && dup3(nfd, fh->fd, O_CLOEXEC) < 0)
 			r = -errno;
+		if (r >= 0)
+			fh->lower = lower; /* a read-only handle reading below moves up at the next copy-up (read_fd()) */
 		close(nfd);
 	} else if (r == -ENOENT || r == -ESTALE) {
 		r = 0; /* out of the view: like a handle on an unlinked file */

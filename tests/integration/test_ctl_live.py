@@ -629,3 +629,27 @@ def test_live_writer_across_commit_and_discard(live):
         os.close(wfd)
         if nfd >= 0:
             os.close(nfd)
+
+
+def test_live_reader_and_writer_across_a_commit(live):
+    """A file kept open read-write across a commit (a database, say): after
+    another process writes the file the view shows, reads through the old
+    handle see that write, not the removed upper object."""
+    s, start = live
+    populate(s.lower)
+    m = start()
+    a = os.path.join(m.mnt, "src/a.c")
+    fd = os.open(a, os.O_RDWR)
+    try:
+        os.pwrite(fd, b"int b;\n", 7)
+        m.run("commit")
+        with open(a, "r+b") as f:
+            f.seek(0, os.SEEK_END)
+            f.write(b"int c;\n")
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # the read goes to the daemon, not the page cache
+        assert os.pread(fd, 100, 0) == b"int a;\nint b;\nint c;\n"
+        os.pwrite(fd, b"int d;\n", 21)
+        assert open(a, "rb").read() == b"int a;\nint b;\nint c;\nint d;\n"
+        assert m.changes()["src/a.c"]["status"] == "modified"
+    finally:
+        os.close(fd)
