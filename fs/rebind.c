@@ -93,9 +93,8 @@ int ovl_fh_rebind(struct ovl_node *n, struct fuse_file_info *fi)
 	struct ovl_fh *fh = (struct ovl_fh *)(uintptr_t)fi->fh;
 	unsigned gen = atomic_load(&n->gen);
 	enum fh_fate fate = FH_ORPHAN;
-	int r = 0, nfd = -1;
-
 	bool write = fh->wflags >= 0, lower = false;
+	int r = 0, nfd = -1;
 
 	if (_likely_(atomic_load(&fh->gen) == gen))
 		return 0;
