@@ -23,6 +23,7 @@
 #include "ctl-util.h"
 #include "fdpath.h"
 #include "json-util.h"
+#include "metacopy.h"
 
 int ovl_ctl_error(cJSON **ret_error, int r, const char *code, cJSON *paths, const char *fmt, ...)
 {
@@ -204,7 +205,7 @@ bool ovl_dir_is_opaque(int dir_fd)
 
 bool ovl_dir_is_redirected(int dir_fd)
 {
-	return fgetxattr(dir_fd, "trusted.overlay.redirect", NULL, 0) >= 0;
+	return fgetxattr(dir_fd, OVL_XATTR_MC_REDIRECT, NULL, 0) >= 0;
 }
 
 static void proc_entry_path(char *buf, size_t size, int dir_fd, const char *entry)

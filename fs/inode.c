@@ -654,7 +654,7 @@ void ovl_node_invalidate_subtree(struct ovl_node *n)
 	FOREACH_NODE(fs, d)
 		if (d == n || is_descendant(d, n)) {
 			atomic_store(&d->stale, true); /* re-resolved by name at the next access */
-			atomic_fetch_add(&d->gen, 1);  /* its writable handles too, at their next write */
+			atomic_fetch_add(&d->gen, 1);  /* its open handles too, at their next read or write */
 		}
 	pthread_mutex_unlock(&fs->table_lock);
 }

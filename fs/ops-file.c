@@ -113,7 +113,7 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	bool lower = false, lower_hardlink = false, split = false;
 	struct ovl_bgfill *bf = NULL;
 	int r = 0, fd = -1;
-	unsigned gen = 0;
+	unsigned gen;
 
 	ovl_node_maybe_evict(); /* re-resolving evicted nodes takes fds too */
 	gen = atomic_load(&n->gen); /* before the fds are resolved: a commit after it makes the handle rebind */

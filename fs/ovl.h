@@ -334,8 +334,8 @@ void ovl_node_drop_state(struct ovl_node *n);
 
 /*
  * Marks @n and its cached subtree stale: the layers changed under them; each
- * re-resolves by name at its next use, and bumps their gen (their writable
- * handles rebind at their next write).
+ * re-resolves by name at its next use, and bumps their gen (their open
+ * handles rebind at their next read or write, fs/rebind.c).
  */
 void ovl_node_invalidate_subtree(struct ovl_node *n);
 

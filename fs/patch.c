@@ -144,8 +144,8 @@ static int print_line(const git_diff_delta *delta, const git_diff_hunk *hunk, co
 	return 0;
 }
 
-/* Prints the patch of the batch's paths and empties it. */
-static int batch_flush(struct batch *b)
+/* Prints the patch of the batch's paths (the trees and the diff are freed on return). */
+static int batch_print(struct batch *b)
 {
 	_cleanup_(git_tree_freep) git_tree *old_tree = NULL, *new_tree = NULL;
 	_cleanup_(git_diff_freep) git_diff *diff = NULL;
@@ -170,14 +170,16 @@ static int batch_flush(struct batch *b)
 	r = git_diff_print(diff, GIT_DIFF_FORMAT_PATCH, print_line, &b->o);
 	if (b->o.error < 0)
 		return b->o.error;
+	return git_to_errno(r);
+}
+
+/* Prints the patch of the batch's paths and empties it (after batch_print() freed what held its objects). */
+static int batch_flush(struct batch *b)
+{
+	int r = batch_print(b);
+
 	if (r < 0)
-		return git_to_errno(r);
-	/* The trees and the diff hold objects of the mempack: free them before it is emptied. */
-	git_diff_free(diff);
-	diff = NULL;
-	git_tree_free(old_tree);
-	git_tree_free(new_tree);
-	old_tree = new_tree = NULL;
+		return r;
 	b->bytes = 0;
 	if (git_index_clear(b->old_idx) < 0 || git_index_clear(b->new_idx) < 0 || git_mempack_reset(b->mempack) < 0)
 		return -ENOMEM;

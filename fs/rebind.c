@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * Writable handles across a commit or discard on the live mount
+ * Open handles across a commit or discard on the live mount
  * (ovl_fh_rebind, fs/ops.h). The commit copies an upper file's data into
  * the workspace and removes the upper entry; a discard removes it. A
- * process that keeps the file open for writing must go on writing the
+ * process that keeps the file open must go on reading and writing the
  * file the view shows, not the removed object, whose writes no diff would
  * ever see. changed() bumps the generation of the nodes it touched, and
  * every write-like request (write, truncate, fallocate, copy_file_range)
- * checks its handle's generation first: one atomic load when nothing
- * happened.
+ * and every read that reaches the daemon checks its handle's generation
+ * first: one atomic compare when nothing happened.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -91,14 +91,15 @@ int ovl_fh_rebind(struct ovl_node *n, struct fuse_file_info *fi)
 {
 	static pthread_mutex_t rebind_lock = PTHREAD_MUTEX_INITIALIZER;
 	struct ovl_fh *fh = (struct ovl_fh *)(uintptr_t)fi->fh;
-	unsigned gen = atomic_load(&n->gen);
 	enum fh_fate fate = FH_ORPHAN;
 	bool write = fh->wflags >= 0, lower = false;
 	int r = 0, nfd = -1;
+	unsigned gen;
 
-	if (_likely_(atomic_load(&fh->gen) == gen))
+	if (_likely_(!ovl_fh_is_stale(n, fi)))
 		return 0;
 	pthread_mutex_lock(&rebind_lock);
+	gen = atomic_load(&n->gen);
 	if (atomic_load(&fh->gen) == gen)
 		goto out;
 	r = ovl_node_rdlock_fresh(n);
