@@ -124,7 +124,7 @@ int ovl_metacopy_fill_chunks(int fd, int data, off_t end, off_t chunk, const uin
 
 int ovl_metacopy_make_plain(int fd, bool sync)
 {
-	static const char *const names[] = { OVL_XATTR_METACOPY, OVL_XATTR_MC_REDIRECT, OVL_XATTR_FILLED, OVL_XATTR_BGFILL,
+	static const char *const names[] = { OVL_XATTR_METACOPY, OVL_XATTR_REDIRECT, OVL_XATTR_FILLED, OVL_XATTR_BGFILL,
 					     OVL_XATTR_BGFILL_MAP };
 
 	/* The data must be on disk before the file stops pointing below for it. */

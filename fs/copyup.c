@@ -340,7 +340,7 @@ static int create_copy(int dir, const char *name, const struct copy_spec *c)
 		char abs[PATH_MAX + 1];
 
 		snprintf(abs, sizeof(abs), "/%s", c->redirect);
-		r = set_xattr(fd, real, OVL_XATTR_MC_REDIRECT, abs, strlen(abs));
+		r = set_xattr(fd, real, OVL_XATTR_REDIRECT, abs, strlen(abs));
 		if (r >= 0)
 			r = set_xattr(fd, real, OVL_XATTR_METACOPY, "", 0);
 		if (r < 0)

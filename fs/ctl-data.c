@@ -88,7 +88,7 @@ static int bad_state(cJSON **ret_error, int r, const char *path)
 {
 	if (r == -EBADMSG)
 		return ovl_ctl_error(ret_error, r, "io", one_path(path),
-		                     "'%s' is a metacopy whose " OVL_XATTR_MC_REDIRECT " is malformed", path);
+		                     "'%s' is a metacopy whose " OVL_XATTR_REDIRECT " is malformed", path);
 	return ovl_ctl_error(ret_error, r, "io", one_path(path), "cannot read the metacopy xattrs of '%s'", path);
 }
 

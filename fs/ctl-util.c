@@ -205,7 +205,7 @@ bool ovl_dir_is_opaque(int dir_fd)
 
 bool ovl_dir_is_redirected(int dir_fd)
 {
-	return fgetxattr(dir_fd, OVL_XATTR_MC_REDIRECT, NULL, 0) >= 0;
+	return fgetxattr(dir_fd, OVL_XATTR_REDIRECT, NULL, 0) >= 0;
 }
 
 static void proc_entry_path(char *buf, size_t size, int dir_fd, const char *entry)

@@ -101,7 +101,7 @@ static int metacopy_get_raw(int fd, bool *opath, char data_path[static PATH_MAX]
 		return (int)n;
 
 	data_path[0] = '\0';
-	n = get_xattr(fd, opath, OVL_XATTR_MC_REDIRECT, buf, sizeof(buf) - 1);
+	n = get_xattr(fd, opath, OVL_XATTR_REDIRECT, buf, sizeof(buf) - 1);
 	if (n == -ENODATA)
 		return 1;
 	if (n == -ERANGE)

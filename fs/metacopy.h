@@ -17,7 +17,8 @@
 #include <sys/types.h>
 
 #define OVL_XATTR_METACOPY "trusted.overlay.metacopy"
-#define OVL_XATTR_MC_REDIRECT "trusted.overlay.redirect"
+/* A metacopy's data (above), or where a directory moved by kernel overlayfs (redirect_dir=on) came from. */
+#define OVL_XATTR_REDIRECT "trusted.overlay.redirect"
 /*
  * The fill marker: a metacopy whose data was copied into it (a data
  * copy-up, fs/finalize.c) before that data was synced. Its value is the

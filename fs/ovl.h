@@ -351,7 +351,6 @@ int ovl_node_parent_name(struct ovl_node *n, struct ovl_node **ret_parent, char 
 /* ------------------------------------------------------------------ layers */
 
 #define OVL_XATTR_OPAQUE "trusted.overlay.opaque"
-#define OVL_XATTR_REDIRECT "trusted.overlay.redirect"
 #define OVL_XATTR_ORIGIN_KERNEL "trusted.overlay.origin"
 #define OVL_XATTR_ORIGIN "trusted.draftbox.origin"
 #define OVL_XATTR_IMPURE "trusted.draftbox.impure"
