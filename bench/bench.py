@@ -14,6 +14,7 @@ import argparse
 import datetime
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -112,19 +113,27 @@ class Suite:
         rm_rf(self.base)
 
     def run_workload(self, impl, wl):
-        """Mounts @impl cold, runs @wl's phases. Returns ({phase: s}, cpu_s) or raises."""
+        """Mounts @impl cold, runs @wl's phases. Returns ({phase: s}, {phase: waits}, cpu_s) or raises.
+        A phase's waits are the voluntary context switches of its processes: each synchronous FUSE
+        request, and each wait for the disk, is one."""
         m = self.mount(impl)
         ok = False
         try:
             drop_caches()
             cpu0 = m.cpu()
             times = {}
+            waits = {}
             outs = {}
+            pin = self.args.pin
             for pname, argv in wl.phases:
+                # The workload's own processes only: nothing else is reaped while it runs.
+                ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t0 = time.monotonic()
                 r = subprocess.run(argv, cwd=m.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   timeout=self.args.timeout)
+                                   timeout=self.args.timeout,
+                                   preexec_fn=None if pin is None else lambda: os.sched_setaffinity(0, {pin}))
                 times[pname] = time.monotonic() - t0
+                waits[pname] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_nvcsw - ru0.ru_nvcsw
                 if r.returncode != 0:
                     raise RuntimeError("%s: exit %d: %s" % (pname, r.returncode,
                                                            r.stderr.decode(errors="replace").strip()[-300:]))
@@ -134,7 +143,7 @@ class Suite:
                 wl.check(m.root, outs)
             ok = True
             cpu = (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None
-            return times, cpu
+            return times, waits, cpu
         finally:
             try:
                 self.umount(m)
@@ -164,10 +173,18 @@ def main():
     ap.add_argument("--max-minutes", type=float,
                     help="start no new repetition once the projected end would pass this budget")
     ap.add_argument("--timeout", type=int, default=900, help="per-phase timeout in seconds")
+    ap.add_argument("--pin", type=int, metavar="CPU",
+                    help="run every workload bound to this CPU (a diagnostic: on a VM whose idle vCPUs halt, it "
+                    "shows what a FUSE round trip costs without the wake-up of the other vCPU; not the "
+                    "issue's measurement, and reported apart: latest-sN-pinCPU.md)")
     args = ap.parse_args()
 
     if os.geteuid() != 0:
         print("bench/run: needs root (mounts, drop_caches)", file=sys.stderr)
+        return 2
+    if args.pin is not None and args.pin not in os.sched_getaffinity(0):
+        print("bench/run: --pin %d: not a CPU this process may run on (%s)"
+              % (args.pin, ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))), file=sys.stderr)
         return 2
     scale = args.scale if args.scale is not None else (0.1 if args.quick else 1.0)
     reps = args.reps if args.reps is not None else (2 if args.quick else 3)
@@ -223,11 +240,12 @@ def main():
         "impls": [i.name for i in all_impls], "labels": {i.name: i.label for i in all_impls},
         "unavailable": unavailable,
         "workloads": [{"name": w.name, "phases": w.phase_names, "desc": w.desc, "extra": w.extra} for w in wls],
-        "times": {}, "cpu": {}, "errors": [], "load": [list(load0)],
+        "times": {}, "waits": {}, "cpu": {}, "errors": [], "load": [list(load0)], "pin": args.pin,
     }
     phases = [p for w in wls for p in w.phase_names]
     for p in phases:
         res["times"][p] = {i.name: [None] * reps for i in all_impls}
+        res["waits"][p] = {i.name: [None] * reps for i in all_impls}
     for w in wls:
         res["cpu"][w.name] = {i.name: [None] * reps for i in all_impls}
 
@@ -271,7 +289,7 @@ def main():
                 for impl in order:
                     k += 1
                     try:
-                        times, cpu = suite.run_workload(impl, w)
+                        times, waits, cpu = suite.run_workload(impl, w)
                     except KeyboardInterrupt:
                         raise
                     except Exception as e:
@@ -282,6 +300,7 @@ def main():
                         continue
                     for p, t in times.items():
                         res["times"][p][impl.name][rep] = t
+                        res["waits"][p][impl.name][rep] = waits[p]
                     res["cpu"][w.name][impl.name][rep] = cpu
                     log("rep %d/%d %-12s %-10s %s" % (rep + 1, reps, w.name, impl.name,
                         " ".join("%.3fs" % t for t in times.values())))
@@ -320,7 +339,7 @@ def main():
     print(text)
     os.makedirs(args.results_dir, exist_ok=True)
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
-    kind = "quick" if args.quick else "s%g" % scale
+    kind = ("quick" if args.quick else "s%g" % scale) + ("" if args.pin is None else "-pin%d" % args.pin)
     out = os.path.join(args.results_dir, "%s-%s.json" % (stamp, kind))
     with open(out, "w") as f:
         json.dump({"results": res, "summary": summary}, f, indent=1, default=str)

@@ -62,6 +62,9 @@ def summarize(res):
             s["ratio"][p][i] = _med(rs)
     for w, by in res["cpu"].items():
         s["cpu"][w] = {i: _med(by[i]) for i in impls}
+    # Older result files have no waits.
+    s["waits"] = {p: {i: _med([x for x in by[i] if x is not None]) for i in impls}
+                  for p, by in res.get("waits", {}).items()}
     # Extra rows (Workload.extra): reported, kept out of the geomean, the worst case and the fo-fast verdict.
     s["extra"] = extra = {p for w in res.get("workloads", []) if w.get("extra") for p in w["phases"]}
     for i in impls:
@@ -145,6 +148,16 @@ EXTRA_WHY = {
 }
 
 
+WAITS_TITLE = ("waits of the workload's processes (voluntary context switches, median): each synchronous FUSE "
+               "request is one, and so is each wait for the disk")
+
+
+def pin_note(res):
+    if res.get("pin") is None:
+        return None
+    return ("Every workload ran bound to CPU %d (--pin): a diagnostic, not the issue's measurement." % res["pin"])
+
+
 def extra_note(s):
     return "* not in the geomean, the worst case or the fo-fast comparison: " + "; ".join(
         "%s (%s)" % (p, EXTRA_WHY.get(p, "reported only")) for p in sorted(s["extra"]))
@@ -174,6 +187,8 @@ def render_text(res, s):
                "load avg at start/end %.1f/%.1f"
                % (res["scale"], res.get("reps_done", res["reps"]), man["entries"], man["sizes"]["big_bytes"] >> 20,
                   res.get("seconds", 0), res["load"][0][0], res["load"][-1][0]))
+    if pin_note(res):
+        out.append(pin_note(res))
     for i, why in res["unavailable"].items():
         out.append("%s: %s" % (i, why))
     w = max(14, max(len(r[0]) for r in rows) + 1) if rows else 14
@@ -203,6 +218,12 @@ def render_text(res, s):
     out.append("%-*s" % (w, "workload") + "".join("%*s" % (cw, i) for i in fi))
     for wl, by in s["cpu"].items():
         out.append("%-*s" % (w, wl) + "".join("%*s" % (cw, _f(by[i])) for i in fi))
+    if s["waits"]:
+        out.append("")
+        out.append(WAITS_TITLE)
+        out.append(hdr)
+        for p, by in s["waits"].items():
+            out.append("%-*s" % (w, p) + "".join("%*s" % (cw, _f(by[i], "%.0f")) for i in impls))
     out.extend(_session_lines(res))
     out.append("")
     out.append("targets (draftfs; informational)")
@@ -261,6 +282,8 @@ def render_markdown(res, s):
                "%.0f s in total; load average %.1f at the start, %.1f at the end."
                % (res["started"], res["machine"], res["scale"], man["entries"], man["sizes"]["big_bytes"] >> 20,
                   res.get("reps_done", res["reps"]), res.get("seconds", 0), res["load"][0][0], res["load"][-1][0]))
+    if pin_note(res):
+        out.append(pin_note(res))
     out.append("")
     for i, why in res["unavailable"].items():
         out.append("- %s: %s" % (i, why))
@@ -288,6 +311,14 @@ def render_markdown(res, s):
     out.append("|---" * (1 + len(fi)) + "|")
     for wl, by in s["cpu"].items():
         out.append("| %s | " % wl + " | ".join(_f(by[i]) for i in fi) + " |")
+    if s["waits"]:
+        out.append("")
+        out.append(WAITS_TITLE[0].upper() + WAITS_TITLE[1:] + ":")
+        out.append("")
+        out.append("| workload | " + " | ".join(impls) + " |")
+        out.append("|---" * (1 + len(impls)) + "|")
+        for p, by in s["waits"].items():
+            out.append("| %s | " % p + " | ".join(_f(by[i], "%.0f") for i in impls) + " |")
     extra = _session_lines(res)
     if extra:
         out.append("")
