@@ -66,7 +66,8 @@ def summarize(res):
     s["waits"] = {p: {i: _med([x for x in by[i] if x is not None]) for i in impls}
                   for p, by in res.get("waits", {}).items()}
     # Extra rows (Workload.extra): reported, kept out of the geomean, the worst case and the fo-fast verdict.
-    s["extra"] = extra = {p for w in res.get("workloads", []) if w.get("extra") for p in w["phases"]}
+    # A list, not a set: it goes into the JSON of the run, and json cannot write a set.
+    s["extra"] = extra = sorted(p for w in res.get("workloads", []) if w.get("extra") for p in w["phases"])
     for i in impls:
         rs = {p: s["ratio"][p][i] for p in s["ratio"] if s["ratio"][p][i] is not None and p not in extra}
         s["geomean"][i] = _geomean(rs.values())
