@@ -15,21 +15,17 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include <git2.h>
-#include <git2/sys/mempack.h>
-#include <git2/sys/odb_backend.h>
-#include <git2/sys/repository.h>
-
 #include "ctl-data.h"
 #include "fdpath.h"
+#include "git2-dl.h"
 #include "patch.h"
 #include "prefetch.h"
 
 #define PATCH_MAX_FILE ((size_t)1 << 31)
 #define PATCH_BATCH_BYTES ((size_t)64 << 20) /* DRAFTFS_PATCH_BATCH_BYTES overrides it (tests) */
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(git_tree *, git_tree_free)
-DEFINE_TRIVIAL_CLEANUP_FUNC(git_diff *, git_diff_free)
+DEFINE_TRIVIAL_CLEANUP_FUNC(git_tree *, sym_git_tree_free)
+DEFINE_TRIVIAL_CLEANUP_FUNC(git_diff *, sym_git_diff_free)
 
 static int git_to_errno(int e)
 {
@@ -93,7 +89,7 @@ static int add_side(struct batch *b, const struct ovl_ctl_env *env, int layer_fd
 	int r;
 
 	if (S_ISLNK(m->mode)) {
-		r = git_odb_write(&oid, b->odb, m->target, strlen(m->target), GIT_OBJECT_BLOB);
+		r = sym_git_odb_write(&oid, b->odb, m->target, strlen(m->target), GIT_OBJECT_BLOB);
 		b->bytes += strlen(m->target);
 	} else {
 		_cleanup_free_ char *buf = NULL;
@@ -108,7 +104,7 @@ static int add_side(struct batch *b, const struct ovl_ctl_env *env, int layer_fd
 		                      PATCH_MAX_FILE, &buf, &size);
 		if (r < 0)
 			return r;
-		r = git_odb_write(&oid, b->odb, buf, size, GIT_OBJECT_BLOB);
+		r = sym_git_odb_write(&oid, b->odb, buf, size, GIT_OBJECT_BLOB);
 		b->bytes += size;
 	}
 	if (r < 0)
@@ -116,7 +112,7 @@ static int add_side(struct batch *b, const struct ovl_ctl_env *env, int layer_fd
 	e.mode = git_mode(m);
 	e.id = oid;
 	e.path = path;
-	return git_to_errno(git_index_add(idx, &e));
+	return git_to_errno(sym_git_index_add(idx, &e));
 }
 
 static int print_line(const git_diff_delta *delta, const git_diff_hunk *hunk, const git_diff_line *line, void *payload)
@@ -126,7 +122,7 @@ static int print_line(const git_diff_delta *delta, const git_diff_hunk *hunk, co
 	int r;
 
 	/* libgit2 1.5 prints "Binary files differ" for a mode-only change of a binary file: git does not */
-	if (c == GIT_DIFF_LINE_BINARY && git_oid_equal(&delta->old_file.id, &delta->new_file.id))
+	if (c == GIT_DIFF_LINE_BINARY && sym_git_oid_equal(&delta->old_file.id, &delta->new_file.id))
 		return 0;
 
 	if (c == GIT_DIFF_LINE_CONTEXT || c == GIT_DIFF_LINE_ADDITION || c == GIT_DIFF_LINE_DELETION) {
@@ -147,27 +143,27 @@ static int print_line(const git_diff_delta *delta, const git_diff_hunk *hunk, co
 /* Prints the patch of the batch's paths (the trees and the diff are freed on return). */
 static int batch_print(struct batch *b)
 {
-	_cleanup_(git_tree_freep) git_tree *old_tree = NULL, *new_tree = NULL;
-	_cleanup_(git_diff_freep) git_diff *diff = NULL;
+	_cleanup_(sym_git_tree_freep) git_tree *old_tree = NULL, *new_tree = NULL;
+	_cleanup_(sym_git_diff_freep) git_diff *diff = NULL;
 	git_diff_options opts = GIT_DIFF_OPTIONS_INIT;
 	git_oid oid;
 	int r;
 
-	r = git_index_write_tree_to(&oid, b->old_idx, b->repo);
+	r = sym_git_index_write_tree_to(&oid, b->old_idx, b->repo);
 	if (r >= 0)
-		r = git_tree_lookup(&old_tree, b->repo, &oid);
+		r = sym_git_tree_lookup(&old_tree, b->repo, &oid);
 	if (r >= 0)
-		r = git_index_write_tree_to(&oid, b->new_idx, b->repo);
+		r = sym_git_index_write_tree_to(&oid, b->new_idx, b->repo);
 	if (r >= 0)
-		r = git_tree_lookup(&new_tree, b->repo, &oid);
+		r = sym_git_tree_lookup(&new_tree, b->repo, &oid);
 	if (r < 0)
 		return git_to_errno(r);
 	opts.flags = GIT_DIFF_SHOW_BINARY;
 	opts.id_abbrev = GIT_OID_HEXSZ; /* full index lines: git apply needs them for binary hunks */
-	r = git_diff_tree_to_tree(&diff, b->repo, old_tree, new_tree, &opts);
+	r = sym_git_diff_tree_to_tree(&diff, b->repo, old_tree, new_tree, &opts);
 	if (r < 0)
 		return git_to_errno(r);
-	r = git_diff_print(diff, GIT_DIFF_FORMAT_PATCH, print_line, &b->o);
+	r = sym_git_diff_print(diff, GIT_DIFF_FORMAT_PATCH, print_line, &b->o);
 	if (b->o.error < 0)
 		return b->o.error;
 	return git_to_errno(r);
@@ -181,33 +177,33 @@ static int batch_flush(struct batch *b)
 	if (r < 0)
 		return r;
 	b->bytes = 0;
-	if (git_index_clear(b->old_idx) < 0 || git_index_clear(b->new_idx) < 0 || git_mempack_reset(b->mempack) < 0)
+	if (sym_git_index_clear(b->old_idx) < 0 || sym_git_index_clear(b->new_idx) < 0 || sym_git_mempack_reset(b->mempack) < 0)
 		return -ENOMEM;
 	return 0;
 }
 
 static void batch_done(struct batch *b)
 {
-	git_index_free(b->old_idx);
-	git_index_free(b->new_idx);
-	git_repository_free(b->repo);
-	git_odb_free(b->odb); /* frees the mempack backend with it */
+	sym_git_index_free(b->old_idx);
+	sym_git_index_free(b->new_idx);
+	sym_git_repository_free(b->repo);
+	sym_git_odb_free(b->odb); /* frees the mempack backend with it */
 }
 
 static int batch_init(struct batch *b, int fd)
 {
 	*b = (struct batch){ .o.fd = fd };
-	git_libgit2_init();
-	if (git_odb_new(&b->odb) < 0 || git_mempack_new(&b->mempack) < 0)
+	sym_git_libgit2_init();
+	if (sym_git_odb_new(&b->odb) < 0 || sym_git_mempack_new(&b->mempack) < 0)
 		return -ENOMEM;
-	if (git_odb_add_backend(b->odb, b->mempack, 1) < 0) {
+	if (sym_git_odb_add_backend(b->odb, b->mempack, 1) < 0) {
 		b->mempack->free(b->mempack);
 		b->mempack = NULL;
 		return -ENOMEM;
 	}
-	if (git_repository_new(&b->repo) < 0 || git_repository_set_odb(b->repo, b->odb) < 0)
+	if (sym_git_repository_new(&b->repo) < 0 || sym_git_repository_set_odb(b->repo, b->odb) < 0)
 		return -ENOMEM;
-	if (git_index_new(&b->old_idx) < 0 || git_index_new(&b->new_idx) < 0)
+	if (sym_git_index_new(&b->old_idx) < 0 || sym_git_index_new(&b->new_idx) < 0)
 		return -ENOMEM;
 	return 0;
 }
@@ -234,6 +230,9 @@ int ovl_patch_write(const struct ovl_ctl_env *env, const struct ovl_changes *c, 
 	 * whole). Taken in git's path order, the batches print what one diff of
 	 * all the paths would.
 	 */
+	r = ovl_git2_load();
+	if (r < 0)
+		return r;
 	order = calloc(c->n ? c->n : 1, sizeof(*order));
 	if (!order)
 		return -ENOMEM;
