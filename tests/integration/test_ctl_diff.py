@@ -7,7 +7,9 @@ import os
 import shutil
 import subprocess
 
-from ctlutil import files_only, oci_apply, session, session2, snapshot, write_files  # noqa: F401
+import pytest
+
+from ctlutil import draftfs_bin, files_only, oci_apply, session, session2, snapshot, write_files  # noqa: F401
 
 
 def populate(low):
@@ -188,7 +190,10 @@ def test_git_patch_applies(session):
     patch = session.run("diff", "--format", "patch", binary=True).stdout
     assert b"GIT binary patch" in patch
     assert b"old mode 100644" in patch and b"new mode 100755" in patch
-    assert b"deleted file mode" in patch and b"new file mode 120000" not in patch or True
+    assert b"deleted file mode 100644" in patch
+    # the symlink kept its name and mode: a change of its target, not a new 120000 blob
+    assert b"new file mode 120000" not in patch
+    assert b"-README\n\\ No newline at end of file\n+src/main.c\n\\ No newline at end of file\n" in patch
     assert_patch_applies(session, patch)
 
 
@@ -294,3 +299,31 @@ def test_oci_tar_long_names_xattrs_ids(session):
     assert f.pax_headers.get("SCHILY.xattr.user.note") is not None
     assert m["longlink"].issym() and m["longlink"].linkname == "x" * 150
     assert m["component00"].isdir()
+
+
+def _libgit2_path():
+    """The file the dynamic linker loads for libgit2 (ldconfig's cache), or None."""
+    out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():
+        name, _, path = line.strip().partition(" => ")
+        if name.startswith("libgit2.so."):
+            return os.path.realpath(path.strip())
+    return None
+
+
+def test_git_patch_without_libgit2(session):
+    """draftfs loads libgit2 on the first patch: with the library hidden (an empty file bound over it in a
+    mount namespace of the test's own), the patch fails and names the library, and the JSON diff still works."""
+    lib = _libgit2_path()
+    if not lib:
+        pytest.skip("libgit2 is not in ldconfig's cache")
+    populate(session.lower)
+    session.change(edit)
+    hide = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            'mount --bind /dev/null "$1" && shift && exec "$@"', "sh", lib, draftfs_bin(), "diff"] + session.args()
+    p = subprocess.run(hide + ["--format", "patch"], capture_output=True, timeout=60)
+    assert p.returncode != 0 and p.stdout == b""
+    assert b"patch output needs libgit2.so." in p.stderr, p.stderr
+    p = subprocess.run(hide + ["--format", "json"], capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert {c["path"] for c in json.loads(p.stdout)["changes"]} == set(session.changes())
