@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fdpath.h"
@@ -240,11 +241,21 @@ static void log_tail(const char *path, char *buf, size_t size)
 	snprintf(buf, size, "%.200s", line);
 }
 
+#define MOUNT_TIMEOUT_MS 30000
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 static int mount_draftfs(struct api_session *s, struct api_error *err)
 {
 	const struct api_config *cfg = s->srv->cfg;
 	_cleanup_free_ char *opts = NULL, *log_path = NULL, *upper = NULL, *work = NULL, *quota = NULL;
-	_cleanup_close_ int log_fd = -1, pidfd = -1;
+	_cleanup_close_ int log_fd = -1, pidfd = -1, mi_fd = -1;
 	char msg[256];
 	pid_t pid;
 	int r;
@@ -289,6 +300,12 @@ static int mount_draftfs(struct api_session *s, struct api_error *err)
 	log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (log_fd < 0)
 		return api_error_set(err, -errno, 500, API_E_RUNTIME, "cannot create the draftfs log: %m");
+	/*
+	 * Every change of this mount namespace's table makes /proc/self/mountinfo
+	 * poll with POLLPRI, so the wait below wakes on the mount itself rather
+	 * than on a timer. Opened before draftfs starts, it cannot miss that mount.
+	 */
+	mi_fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
 	{
 		/* in the foreground, detached from us: its stderr (and any sanitizer report) stays in draftfs.log */
 		const char *argv[] = { cfg->draftfs, "-f", "-o", opts, s->view, NULL };
@@ -298,21 +315,23 @@ static int mount_draftfs(struct api_session *s, struct api_error *err)
 			return api_error_set(err, r, 503, API_E_UNAVAILABLE, "cannot start draftfs: %s", strerror(-r));
 	}
 	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	for (int waited = 0;; waited += 20) {
-		struct pollfd p = { .fd = pidfd, .events = POLLIN };
+	for (uint64_t start = now_ms();;) {
+		/* poll() skips a negative fd: without either, this is a 20 ms sleep between looks */
+		struct pollfd p[2] = { { .fd = pidfd, .events = POLLIN }, { .fd = mi_fd, .events = POLLPRI } };
+		uint64_t waited;
 
 		if (api_mount_info(s->view, NULL) > 0)
 			return 0;
-		if (pidfd >= 0 ? poll(&p, 1, 20) > 0 : kill(pid, 0) < 0) {
+		waited = now_ms() - start;
+		if (waited >= MOUNT_TIMEOUT_MS) {
+			kill(pid, SIGKILL);
+			return api_error_set(err, -ETIMEDOUT, 500, API_E_RUNTIME, "draftfs did not finish mounting in time");
+		}
+		(void)poll(p, 2, (int)MIN(MOUNT_TIMEOUT_MS - waited, mi_fd >= 0 ? 1000 : 20));
+		if (pidfd >= 0 ? (p[0].revents & POLLIN) : kill(pid, 0) < 0) {
 			log_tail(log_path, msg, sizeof(msg));
 			return api_error_set(err, -EIO, 500, API_E_RUNTIME, "draftfs failed to mount: %s",
 					     msg[0] ? msg : "no message");
-		}
-		if (pidfd < 0)
-			usleep(20 * 1000);
-		if (waited >= 30000) {
-			kill(pid, SIGKILL);
-			return api_error_set(err, -ETIMEDOUT, 500, API_E_RUNTIME, "draftfs did not finish mounting in time");
 		}
 	}
 }

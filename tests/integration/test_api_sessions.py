@@ -5,8 +5,9 @@ import json
 import os
 import socket
 import subprocess
+import time
 
-from apiutil import api, env, mounts_under  # noqa: F401  (fixtures)
+from apiutil import api, build_path, env, mounts_under  # noqa: F401  (fixtures)
 
 S = "/v1/isolated/session"
 
@@ -284,3 +285,23 @@ def test_port_in_use_says_why(tmp_path):
     assert r.returncode == 1, r
     last = r.stderr.decode().strip().splitlines()[-1]
     assert f"port {port}" in last and "Address already in use" in last, last
+
+
+def test_draftfs_that_fails_to_mount(env):
+    """A draftfs that exits before it mounts (the real one, given an option it refuses): the create fails at
+    once with draftfs's own message, and leaves no session behind."""
+    wrapper = os.path.join(env.base, "draftfs-refuses")
+    with open(wrapper, "w") as f:
+        f.write('#!/bin/sh\nexec "%s" -o no_such_option "$@"\n' % build_path("fs", "draftfs"))
+    os.chmod(wrapper, 0o755)
+    srv = env.server(["--draftfs", wrapper])
+    c = srv.client()
+    t0 = time.monotonic()
+    r = c.request("POST", S, {"workspace": {"path": env.workspace()}})
+    assert r.status == 500, r
+    msg = r.json()["message"]
+    assert "draftfs failed to mount" in msg and "no_such_option" in msg, msg
+    assert time.monotonic() - t0 < 10, "the failure must not wait for the mount timeout"
+    assert c.request("GET", "/v1/isolated/sessions").json() == {"sessions": []}
+    assert os.listdir(os.path.join(srv.state, "sessions")) == []
+    srv.stop()
