@@ -145,6 +145,8 @@ struct api_session *api_request_session(struct api_request *req);
 
 /* Milliseconds since the epoch, and RFC 3339 (UTC, milliseconds) formatting into @buf (>= 32 bytes). */
 uint64_t api_now_ms(void);
+/* Milliseconds of CLOCK_MONOTONIC: for timeouts and durations. */
+uint64_t api_mono_ms(void);
 const char *api_format_time(uint64_t ms, char *buf, size_t size);
 
 /* http.c: starts and stops the MHD daemon. */

@@ -42,6 +42,14 @@ uint64_t api_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+uint64_t api_mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 const char *api_format_time(uint64_t ms, char *buf, size_t size)
 {
 	time_t t = (time_t)(ms / 1000);

@@ -38,14 +38,6 @@ struct run_proc {
 	size_t json_len;
 };
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 struct api_run *api_run_ref(struct api_run *run)
 {
 	__atomic_add_fetch(&run->refcount, 1, __ATOMIC_RELAXED);
@@ -442,7 +434,7 @@ int api_run_start(struct api_session *s, const struct api_run_request *rq, struc
 	if (run->err_fd >= 0)
 		set_nonblock(run->err_fd);
 	run->started_at = api_now_ms();
-	run->start_mono = mono_ms();
+	run->start_mono = api_mono_ms();
 	if (timeout)
 		run->deadline_mono = run->start_mono + (uint64_t)timeout * 1000 + 15000; /* backstop after the launcher's own */
 	pidfile_write(run);
@@ -490,7 +482,7 @@ fail:
 void api_run_cancel(struct api_run *run)
 {
 	pid_t pid = __atomic_load_n(&run->pid, __ATOMIC_ACQUIRE);
-	uint64_t now = mono_ms();
+	uint64_t now = api_mono_ms();
 
 	uint64_t zero = 0, began;
 
@@ -597,7 +589,7 @@ static int pump_step(struct api_run *run, struct run_proc *p, int client_fd, int
 	struct pollfd pfd[6];
 	int idx_in = -1, idx_out = -1, idx_err = -1, idx_json = -1, idx_pid = -1, idx_client = -1;
 	nfds_t n = 0;
-	uint64_t now = mono_ms();
+	uint64_t now = api_mono_ms();
 	int r, status;
 
 	if (run->in_setup && now - run->start_mono > SETUP_GATE_MS)
@@ -700,7 +692,7 @@ reaped:
 static void run_finished(struct api_run *run)
 {
 	struct api_metrics *m = &run->s->srv->metrics;
-	uint64_t elapsed = mono_ms() - run->start_mono;
+	uint64_t elapsed = api_mono_ms() - run->start_mono;
 
 	run->finished_at = api_now_ms();
 	if (run->timed_out)

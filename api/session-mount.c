@@ -24,7 +24,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "fdpath.h"
@@ -243,14 +242,6 @@ static void log_tail(const char *path, char *buf, size_t size)
 
 #define MOUNT_TIMEOUT_MS 30000
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static int mount_draftfs(struct api_session *s, struct api_error *err)
 {
 	const struct api_config *cfg = s->srv->cfg;
@@ -315,14 +306,14 @@ static int mount_draftfs(struct api_session *s, struct api_error *err)
 			return api_error_set(err, r, 503, API_E_UNAVAILABLE, "cannot start draftfs: %s", strerror(-r));
 	}
 	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	for (uint64_t start = now_ms();;) {
+	for (uint64_t start = api_mono_ms();;) {
 		/* poll() skips a negative fd: without either, this is a 20 ms sleep between looks */
 		struct pollfd p[2] = { { .fd = pidfd, .events = POLLIN }, { .fd = mi_fd, .events = POLLPRI } };
 		uint64_t waited;
 
 		if (api_mount_info(s->view, NULL) > 0)
 			return 0;
-		waited = now_ms() - start;
+		waited = api_mono_ms() - start;
 		if (waited >= MOUNT_TIMEOUT_MS) {
 			kill(pid, SIGKILL);
 			return api_error_set(err, -ETIMEDOUT, 500, API_E_RUNTIME, "draftfs did not finish mounting in time");

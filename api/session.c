@@ -9,12 +9,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,7 +27,7 @@
 #include "session.h"
 #include "uid-pool.h"
 
-static void wait_draftfs_gone(struct api_server *srv, const char *view);
+static void wait_draftfs_gone(const char *view);
 
 struct api_registry {
 	pthread_mutex_t lock;
@@ -806,7 +808,7 @@ int api_session_delete(struct api_session *s, bool idle, struct api_error *err)
 	if (r < 0)
 		log_warning_errno(r, "cannot unmount '%s', removing the session anyway", s->view);
 	/* draftfs writes its state dir (work/draftfs) until it exits: let it finish first */
-	wait_draftfs_gone(srv, s->view);
+	wait_draftfs_gone(s->view);
 	/* rename first: a crash in the middle of the removal leaves a dir the next start finishes */
 	{
 		char doomed[64];
@@ -1199,24 +1201,45 @@ static void kill_orphan_processes(struct api_server *srv)
 	}
 }
 
-/* Waits (up to 10 s) until no draftfs serves @view any more. */
-static void wait_draftfs_gone(struct api_server *srv, const char *view)
+/* The pid of a draftfs whose command line names @view, or 0. */
+static pid_t find_draftfs(const char *view)
 {
-	for (int i = 0; i < 200; i++) {
-		_cleanup_closedir_ DIR *d = opendir("/proc");
-		struct dirent *de;
-		bool found = false;
+	_cleanup_closedir_ DIR *d = opendir("/proc");
+	struct dirent *de;
 
-		if (!d)
+	if (!d)
+		return 0;
+	while ((de = readdir(d)))
+		if (de->d_name[0] >= '1' && de->d_name[0] <= '9' && proc_matches(de->d_name, "draftfs", view))
+			return (pid_t)atoi(de->d_name);
+	return 0;
+}
+
+/*
+ * Waits (up to 10 s) until no draftfs serves @view any more: on a pidfd of the
+ * one found, so the wait ends when it exits (a look every 50 ms without pidfds).
+ */
+static void wait_draftfs_gone(const char *view)
+{
+	uint64_t deadline = api_mono_ms() + 10000;
+	pid_t pid;
+
+	while ((pid = find_draftfs(view)) > 0) {
+		_cleanup_close_ int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+		uint64_t now = api_mono_ms();
+
+		if (now >= deadline) {
+			log_warning("draftfs for '%s' is still running after the unmount", view);
 			return;
-		while ((de = readdir(d)) && !found)
-			if (de->d_name[0] >= '1' && de->d_name[0] <= '9' && proc_matches(de->d_name, "draftfs", view))
-				found = true;
-		if (!found)
-			return;
-		usleep(50 * 1000);
+		}
+		if (pfd >= 0) {
+			struct pollfd p = { .fd = pfd, .events = POLLIN };
+
+			(void)poll(&p, 1, (int)MIN(deadline - now, (uint64_t)1000));
+		} else {
+			usleep(50 * 1000);
+		}
 	}
-	log_warning("draftfs for '%s' is still running after the unmount", view);
 }
 
 /* A session whose removal a crash interrupted: unmount what is left and finish it. */
@@ -1231,7 +1254,7 @@ static void finish_deletion(struct api_server *srv, const char *name)
 	/* draftfs writes its state dir until it exits, as in a normal delete; it
 	 * still names the view by the path from before the rename */
 	snprintf(served, sizeof(served), "%s/sessions/%s/view", srv->cfg->state_dir, name + strlen(".deleting-"));
-	wait_draftfs_gone(srv, served);
+	wait_draftfs_gone(served);
 	r = api_rm_rf_at(srv->sessions_fd, name);
 	if (r < 0)
 		log_warning_errno(r, "cannot finish removing '%s/sessions/%s'", srv->cfg->state_dir, name);

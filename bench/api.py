@@ -122,13 +122,16 @@ def main():
     srv = Server(args.build_dir, base)
     rows = []
     try:
-        create = []
+        create, delete = [], []
         for _ in range(samples):
             sid = []
             create.append(timed(lambda: sid.append(json.loads(
                 srv.call("POST", "/v1/isolated/session", {"workspace": {"path": ws}})[1])["session_id"])))
-            assert srv.call("DELETE", f"/v1/isolated/session/{sid[0]}")[0] == 200
+            st = []
+            delete.append(timed(lambda: st.append(srv.call("DELETE", f"/v1/isolated/session/{sid[0]}")[0])))
+            assert st == [200]
         rows.append(("session create (POST /session)", f"{statistics.median(create) * 1000:.1f} ms", "", ""))
+        rows.append(("session delete (DELETE /session/ID)", f"{statistics.median(delete) * 1000:.1f} ms", "", ""))
 
         st, body = srv.call("POST", "/v1/isolated/session", {"workspace": {"path": ws}})
         assert st == 201, body
