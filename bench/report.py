@@ -63,8 +63,7 @@ def summarize(res):
     for w, by in res["cpu"].items():
         s["cpu"][w] = {i: _med(by[i]) for i in impls}
     # Older result files have no waits.
-    s["waits"] = {p: {i: _med([x for x in by[i] if x is not None]) for i in impls}
-                  for p, by in res.get("waits", {}).items()}
+    s["waits"] = {p: {i: _med(by[i]) for i in impls} for p, by in res.get("waits", {}).items()}
     # Extra rows (Workload.extra): reported, kept out of the geomean, the worst case and the fo-fast verdict.
     # A list, not a set: it goes into the JSON of the run, and json cannot write a set.
     s["extra"] = extra = sorted(p for w in res.get("workloads", []) if w.get("extra") for p in w["phases"])

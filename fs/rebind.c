@@ -28,6 +28,15 @@ enum fh_fate {
 	FH_ORPHAN, /* the view's file is another one: the handle keeps its object, as on an unlinked file */
 };
 
+/* Whether @fd (an O_PATH layer fd, or -1) is the object @st describes. */
+static bool same_object(int fd, const struct stat *st)
+{
+	struct stat t;
+
+	return fd >= 0 && fstatat(fd, "", &t, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 && t.st_dev == st->st_dev &&
+	       t.st_ino == st->st_ino;
+}
+
 /*
  * What the view's file at @n (fresh, read-locked) is to the object @fd
  * was opened on (an upper file a commit or discard removed, or not):
@@ -37,14 +46,6 @@ enum fh_fate {
  * as it rebinds first); or another file (a new one discarded, the name
  * holds a lower file it never was).
  */
-static bool same_object(int fd, const struct stat *st)
-{
-	struct stat t;
-
-	return fd >= 0 && fstatat(fd, "", &t, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 && t.st_dev == st->st_dev &&
-	       t.st_ino == st->st_ino;
-}
-
 static enum fh_fate fh_fate(struct ovl_node *n, int fd)
 {
 	struct ovl_origin mine, theirs;

@@ -170,6 +170,7 @@ static void test_errors(void)
 	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w", "/m", NULL);
 	is_int(r, 0, "defaults parse");
 	ok(o.acl, "acl on by default");
+	ok(o.xino, "xino auto by default");
 	ovl_options_free(&o);
 	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,noacl", "/m", NULL);
 	is_int(r, 0, "noacl parses");
@@ -180,9 +181,6 @@ static void test_errors(void)
 	ok(!o.acl, "acl=off turns ACLs off");
 	ovl_options_free(&o);
 
-	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w", "/m", NULL);
-	ok(o.xino, "xino auto by default");
-	ovl_options_free(&o);
 	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,xino=off", "/m", NULL);
 	is_int(r, 0, "xino=off parses");
 	ok(!o.xino, "xino=off turns it off");
