@@ -10,6 +10,7 @@ draftfs      our FUSE overlay (fs/draftfs from the build dir)
 Variants of draftfs, only when named in --impls (A/B runs):
 draftfs-devfuse  uring=off: requests over /dev/fuse, not the io_uring queues
 draftfs-nosync   fsync=0: copy-ups not synced (as fuse-overlayfs's fast options)
+draftfs-normal   ring_sched=normal: the io_uring threads never SCHED_IDLE (fs/ring-sched.c)
 
 FUSE daemons run in the foreground as our children, so their pid (for CPU
 time and RSS) is known and they never outlive the suite.
@@ -21,7 +22,7 @@ import subprocess
 import time
 
 FO_FAST_OPTS = "threaded=1,noacl,static_nlink,fsync=0"
-DRAFTFS_VARIANTS = {"draftfs-devfuse": "uring=off", "draftfs-nosync": "fsync=0"}
+DRAFTFS_VARIANTS = {"draftfs-devfuse": "uring=off", "draftfs-nosync": "fsync=0", "draftfs-normal": "ring_sched=normal"}
 
 
 def mounted(path):

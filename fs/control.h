@@ -39,6 +39,8 @@ struct ovl_live_info {
 	unsigned queues;            /* io_uring: queues (one per possible CPU) ... */
 	unsigned threads_per_queue; /* ... and threads serving each */
 	uint64_t ring_requests;     /* io_uring: requests served over the queues so far */
+	const char *ring_sched;     /* io_uring: "off" (ring_sched=normal), "parked", "idle" or "backoff" (fs/ring-sched.c) */
+	uint64_t ring_sched_backoffs; /* times the queue threads went back to SCHED_OTHER because one starved */
 	bool passthrough;           /* the kernel reads files opened read-only from the layers itself */
 };
 

@@ -141,6 +141,8 @@ int ovl_op_status(const struct ovl_ctl_env *env, cJSON **ret_result, cJSON **ret
 			cJSON_AddNumberToObject(t, "queues", li.queues);
 			cJSON_AddNumberToObject(t, "threads_per_queue", li.threads_per_queue);
 			json_add_u64(t, "ring_requests", li.ring_requests);
+			cJSON_AddStringToObject(t, "sched", li.ring_sched ? li.ring_sched : "off");
+			json_add_u64(t, "sched_backoffs", li.ring_sched_backoffs);
 		}
 		cJSON_AddBoolToObject(res, "passthrough", li.passthrough);
 	}

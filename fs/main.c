@@ -27,6 +27,8 @@ static void usage(void)
 	       "  passthrough=all|upper|off   kernel reads open files from the layers (default all)\n"
 	       "  uring=auto|on|off     requests over FUSE io_uring queues, one per CPU (default auto:\n"
 	       "                        when the fuse module's enable_uring is on)\n"
+	       "  ring_sched=idle|normal  io_uring threads SCHED_IDLE while the CPU is otherwise calm, so\n"
+	       "                        a caller wakes on its own CPU (default idle; docs/fs.md)\n"
 	       "  xino=auto|off         layers on several filesystems: st_ino carries the layer's (default auto)\n"
 	       "  writeback=0|1  fsync=0|1  threads=N  quota_bytes=SIZE  quota_inodes=N\n"
 	       "  bgfill=SIZE (default 64M; 0: copy every data copy-up before the open returns)\n"

@@ -212,5 +212,19 @@ bool ovl_uring_take_reply(struct iovec *iov, int count, ssize_t *ret);
 void *ovl_uring_reply_buf(size_t size);
 /* Stops and joins the queue threads (after the loop ended and the mount is gone). */
 void ovl_uring_stop(void);
-/* Fills the transport fields of @ret (transport, queues, threads_per_queue, ring_requests) for "status". */
+/* Fills the transport fields of @ret (transport, queues, threads_per_queue, ring_requests, ring_sched) for "status". */
 void ovl_uring_info(struct ovl_live_info *ret);
+
+/*
+ * ring_sched=idle (fs/ring-sched.c): starts the guard that runs the queue
+ * threads @tids as SCHED_IDLE while requests flow (@served counts them)
+ * and no thread waits to run. Returns 0, or -errno if this daemon may not
+ * (its threads then stay SCHED_OTHER).
+ */
+int ovl_ring_sched_start(const pid_t *tids, unsigned n, const _Atomic uint64_t *served);
+/* From a queue thread after each request it served: wakes the guard if it sleeps. */
+void ovl_ring_sched_note(void);
+/* Stops the guard; the queue threads are SCHED_OTHER again. */
+void ovl_ring_sched_stop(void);
+/* The guard's state for "status": ring_sched and ring_sched_backoffs of @ret. */
+void ovl_ring_sched_info(struct ovl_live_info *ret);

@@ -288,6 +288,15 @@ static int parse_one(struct ovl_options *o, char *opt, char *err, size_t errlen)
 			return fail(err, errlen, "invalid passthrough '%s': expected off, upper or all", v);
 		return 0;
 	}
+	if (strcmp(opt, "ring_sched") == 0 && v) {
+		if (strcmp(v, "idle") == 0)
+			o->ring_sched_idle = true;
+		else if (strcmp(v, "normal") == 0)
+			o->ring_sched_idle = false;
+		else
+			return fail(err, errlen, "invalid ring_sched '%s': expected idle or normal", v);
+		return 0;
+	}
 	if (strcmp(opt, "uring") == 0) {
 		if (v && (strcmp(v, "off") == 0 || strcmp(v, "0") == 0))
 			o->uring = OVL_URING_OFF;
@@ -407,6 +416,7 @@ int ovl_options_parse(int argc, char **argv, struct ovl_options *o, char *err, s
 	o->bgfill = (uint64_t)64 << 20;
 	o->passthrough = OVL_PT_ALL;
 	o->uring = OVL_URING_AUTO;
+	o->ring_sched_idle = true;
 	o->threads = 8;
 
 	for (int i = 1; i < argc; i++) {

@@ -67,6 +67,7 @@ struct ovl_options {
 	bool writeback;
 	uint8_t passthrough;  /* enum ovl_passthrough: kernel passthrough of file data (default all) */
 	uint8_t uring;        /* enum ovl_uring: request transport (default auto) */
+	bool ring_sched_idle; /* io_uring queue threads SCHED_IDLE while calm (default true), see fs/ring-sched.c */
 	bool fsync;           /* honour fsync requests (default true) */
 	bool metacopy;        /* metadata-only copy-up of regular files (default true), see fs/metacopy.h */
 	bool acl;             /* POSIX ACLs kept and enforced by the kernel (default true), see fs/acl.h */

@@ -103,6 +103,7 @@ _Static_assert(sizeof(struct u_cmd_req) == 24, "fuse_uring_cmd_req layout");
 
 struct uring_thread {
 	pthread_t tid;
+	pid_t os_tid;
 	bool started;
 	bool ring_ok;
 	uint16_t qid;
@@ -314,6 +315,7 @@ static void serve_one(struct uring_thread *t)
 	fuse_session_process_buf(U.se, &fb);
 	cur = NULL;
 	atomic_fetch_add_explicit(&U.served, 1, memory_order_relaxed);
+	ovl_ring_sched_note();
 	if (!t->replied) {
 		/* Every opcode the kernel sends on a queue is answered by its handler; never leave an entry hanging. */
 		log_error("io_uring queue %u: no reply to request %llu (opcode %u)", t->qid,
@@ -364,8 +366,14 @@ static void serve_loop(struct uring_thread *t)
 static void *ring_main(void *arg)
 {
 	struct uring_thread *t = arg;
-	int r = ring_setup(t);
+	char name[16];
+	int r;
 	bool run;
+
+	t->os_tid = gettid();
+	snprintf(name, sizeof(name), "draftfs-q%u", (unsigned)t->qid);
+	(void)pthread_setname_np(pthread_self(), name);
+	r = ring_setup(t);
 
 	pthread_mutex_lock(&U.lock);
 	if (r < 0 && !U.err)
@@ -445,6 +453,21 @@ static int start_threads(unsigned threads)
 	return r;
 }
 
+/* ring_sched=idle: hands the queue threads to the guard (fs/ring-sched.c); without it they stay SCHED_OTHER. */
+static void sched_start(void)
+{
+	_cleanup_free_ pid_t *tids = calloc(U.n, sizeof(*tids));
+	int r;
+
+	if (!tids)
+		return;
+	for (unsigned i = 0; i < U.n; i++)
+		tids[i] = U.t[i].os_tid;
+	r = ovl_ring_sched_start(tids, U.n, &U.served);
+	if (r < 0)
+		log_info("ring_sched=idle: not available here (%s), the io_uring threads stay SCHED_OTHER", strerror(-r));
+}
+
 uint32_t ovl_uring_init_flags2(void)
 {
 	return (uint32_t)(U_FUSE_OVER_IO_URING >> 32);
@@ -497,6 +520,8 @@ void ovl_uring_init_sent(uint32_t flags2)
 	U.go = true;
 	pthread_cond_broadcast(&U.cond);
 	pthread_mutex_unlock(&U.lock);
+	if (ovl_fs->opt->ring_sched_idle)
+		sched_start();
 }
 
 bool ovl_uring_take_reply(struct iovec *iov, int count, ssize_t *ret)
@@ -541,6 +566,7 @@ void *ovl_uring_reply_buf(size_t size)
 
 void ovl_uring_stop(void)
 {
+	ovl_ring_sched_stop();
 	if (U.t)
 		stop_threads();
 	atomic_store(&U.registered, false);
@@ -554,4 +580,6 @@ void ovl_uring_info(struct ovl_live_info *ret)
 	ret->queues = active ? U.nq : 0;
 	ret->threads_per_queue = active ? U.per_q : 0;
 	ret->ring_requests = atomic_load_explicit(&U.served, memory_order_relaxed);
+	if (active)
+		ovl_ring_sched_info(ret);
 }

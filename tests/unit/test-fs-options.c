@@ -81,6 +81,21 @@ static void test_basic(void)
 	is_int(r, 0, "uring=on,uring=auto parses: %s", err);
 	is_int(o.uring, OVL_URING_AUTO, "the last uring= wins");
 	ok(o.metacopy, "metacopy defaults to on");
+	ok(o.ring_sched_idle, "ring_sched defaults to idle");
+	ovl_options_free(&o);
+
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,ring_sched=normal", "/m", NULL);
+	is_int(r, 0, "ring_sched=normal parses: %s", err);
+	ok(!o.ring_sched_idle, "ring_sched=normal");
+	ovl_options_free(&o);
+
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,ring_sched=normal,ring_sched=idle", "/m", NULL);
+	is_int(r, 0, "ring_sched=normal,ring_sched=idle parses: %s", err);
+	ok(o.ring_sched_idle, "the last ring_sched= wins");
+	ovl_options_free(&o);
+
+	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,ring_sched", "/m", NULL);
+	ok(r < 0, "bare ring_sched is refused");
 	ovl_options_free(&o);
 
 	r = parse(&o, err, "-o", "lowerdir=/l,upperdir=/u,workdir=/w,metacopy=off", "/m", NULL);
