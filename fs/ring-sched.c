@@ -226,6 +226,7 @@ static void *guard_main(void *arg)
 	uint64_t seen;
 
 	(void)arg;
+	(void)pthread_setname_np(pthread_self(), "draftfs-guard");
 	while (!atomic_load(&G.stop)) {
 		/* Parked: every queue thread SCHED_OTHER, until one serves a request. */
 		atomic_store(&G.state, G_PARKED);
