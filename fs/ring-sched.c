@@ -49,6 +49,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -330,6 +331,7 @@ static int open_task_file(pid_t tid, const char *name)
 
 int ovl_ring_sched_start(const pid_t *tids, unsigned n, const _Atomic uint64_t *served)
 {
+	sigset_t all, old;
 	int r;
 
 	if (G.started || n == 0)
@@ -360,7 +362,10 @@ int ovl_ring_sched_start(const pid_t *tids, unsigned n, const _Atomic uint64_t *
 	G.served = served;
 	atomic_store(&G.stop, false);
 	atomic_store(&G.wake, 0);
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old); /* signals are for the session loop, as with the queue threads */
 	r = -pthread_create(&G.thread, NULL, guard_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (r < 0) {
 		release();
 		return r;
