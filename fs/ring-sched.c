@@ -14,7 +14,11 @@
  * The scheduler counts a CPU that runs only SCHED_IDLE tasks as free
  * (sched_idle_cpu()): it wakes the caller there, and the caller preempts
  * the thread. So while requests flow and the machine is calm, the queue
- * threads run as SCHED_IDLE. The price is starvation under load: a
+ * threads run as SCHED_IDLE, and so do the daemon's other threads (the
+ * /dev/fuse workers left with FORGET and INTERRUPT, the control plane,
+ * the fill and finalizer threads): a SCHED_OTHER one would win every CPU
+ * it shares with a queue thread, and the FORGETs of rm -rf of 5k files
+ * made it 2.5x slower that way. The price is starvation under load: a
  * SCHED_IDLE thread gets next to nothing of a CPU shared with a busy task
  * of its own scheduling group, and so does the request it serves (300
  * creates took 67 s instead of 0.3 s beside a busy loop in the daemon's
@@ -38,13 +42,15 @@
  * sessions are scheduling groups (autogroup, the default outside cgroups
  * with a cpu controller) its busy loops do not starve the threads at all.
  *
- * Only the guard changes the queue threads' policy, always with
- * SCHED_RESET_ON_FORK (a child of a handler never inherits SCHED_IDLE). It
+ * Only the guard changes the threads' policy, always with
+ * SCHED_RESET_ON_FORK (a thread or child started meanwhile begins as
+ * SCHED_OTHER, never inherits SCHED_IDLE). It
  * is off when the daemon may not return a thread from SCHED_IDLE (no
  * CAP_SYS_NICE, RLIMIT_NICE below 20: tried on a throwaway thread first),
  * or when the kernel keeps no run_delay.
  */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -116,13 +122,24 @@ static int set_policy(pid_t tid, int policy)
 	return 0;
 }
 
+/* Sets @policy on the queue threads, then on every other thread of the daemon but the guard. */
 static void set_all(int policy)
 {
+	_cleanup_closedir_ DIR *d = opendir("/proc/self/task");
+	pid_t self = gettid();
+	struct dirent *de;
+
 	for (unsigned i = 0; i < G.n; i++) {
 		int r = set_policy(G.w[i].tid, policy);
 
 		if (r < 0 && r != -ESRCH)
 			log_debug_errno(r, "ring_sched: cannot set the policy of queue thread %d", (int)G.w[i].tid);
+	}
+	while (d && (de = readdir(d))) {
+		pid_t tid = (pid_t)atoi(de->d_name);
+
+		if (tid > 0 && tid != self)
+			(void)set_policy(tid, policy);
 	}
 }
 
