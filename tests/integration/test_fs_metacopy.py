@@ -264,8 +264,11 @@ def test_reads_kernel_metacopy_upper(fsenv):
     assert read(os.path.join(v, "dst", "b.bin")) == data(2)
     assert read(os.path.join(v, "src", "c.bin")) == data(3)
     assert sorted(os.listdir(os.path.join(v, "src"))) == ["a2.bin", "c.bin", "d.bin", "e.bin", "small.txt"]
-    # A relative redirect cannot move to another dir: the data comes up first.
+    # A relative redirect cannot move to another dir: the data comes up first (the file stays marked, its
+    # metacopy and redirect xattrs kept, until the finalizer, an fsync or the unmount syncs it).
     os.rename(os.path.join(v, "src", "a2.bin"), os.path.join(v, "dst", "a3.bin"))
+    assert read(os.path.join(upper, "dst", "a3.bin")) == data(1)
+    sync_view(os.path.join(v, "dst", "a3.bin"))
     assert_full_copy(os.path.join(upper, "dst", "a3.bin"), data(1))
     # An absolute one can, and a metacopy without redirect is moved with an absolute one.
     os.rename(os.path.join(v, "dst", "b.bin"), os.path.join(v, "b.bin"))
