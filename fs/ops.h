@@ -216,15 +216,15 @@ void ovl_uring_stop(void);
 void ovl_uring_info(struct ovl_live_info *ret);
 
 /*
- * ring_sched=idle (fs/ring-sched.c): starts the guard that runs the queue
- * threads @tids as SCHED_IDLE while requests flow (@served counts them)
- * and no thread waits to run. Returns 0, or -errno if this daemon may not
- * (its threads then stay SCHED_OTHER).
+ * ring_sched=idle (fs/ring-sched.c): starts the guard that runs the
+ * daemon's threads as SCHED_IDLE while requests flow (@served counts them)
+ * and none of the queue threads @tids waits to run. Returns 0, or -errno if
+ * this daemon may not (its threads then stay SCHED_OTHER).
  */
 int ovl_ring_sched_start(const pid_t *tids, unsigned n, const _Atomic uint64_t *served);
 /* From a queue thread after each request it served: wakes the guard if it sleeps. */
 void ovl_ring_sched_note(void);
-/* Stops the guard; the queue threads are SCHED_OTHER again. */
+/* Stops the guard; the daemon's threads are SCHED_OTHER again. */
 void ovl_ring_sched_stop(void);
 /* The guard's state for "status": ring_sched and ring_sched_backoffs of @ret. */
 void ovl_ring_sched_info(struct ovl_live_info *ret);

@@ -122,25 +122,39 @@ static int set_policy(pid_t tid, int policy)
 	return 0;
 }
 
-/* Sets @policy on the queue threads, then on every other thread of the daemon but the guard. */
+/*
+ * Sets @policy on every thread of the daemon but the guard, the queue
+ * threads among them; on the queue threads alone if the task list cannot
+ * be read.
+ */
 static void set_all(int policy)
 {
 	_cleanup_closedir_ DIR *d = opendir("/proc/self/task");
 	pid_t self = gettid();
 	struct dirent *de;
 
-	for (unsigned i = 0; i < G.n; i++) {
-		int r = set_policy(G.w[i].tid, policy);
-
-		if (r < 0 && r != -ESRCH)
-			log_debug_errno(r, "ring_sched: cannot set the policy of queue thread %d", (int)G.w[i].tid);
+	if (!d) {
+		for (unsigned i = 0; i < G.n; i++)
+			(void)set_policy(G.w[i].tid, policy);
+		return;
 	}
-	while (d && (de = readdir(d))) {
+	while ((de = readdir(d))) {
 		pid_t tid = (pid_t)atoi(de->d_name);
+		int r;
 
-		if (tid > 0 && tid != self)
-			(void)set_policy(tid, policy);
+		if (tid <= 0 || tid == self)
+			continue;
+		r = set_policy(tid, policy);
+		if (r < 0 && r != -ESRCH)
+			log_debug_errno(r, "ring_sched: cannot set the policy of thread %d", (int)tid);
 	}
+}
+
+/* Wakes the guard from its futex (a request after parking, or stop). */
+static void poke(void)
+{
+	atomic_store(&G.wake, 1);
+	(void)syscall(SYS_futex, &G.wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
 static ssize_t read_at0(int fd, char *buf, size_t size)
@@ -297,7 +311,7 @@ static void *guard_main(void *arg)
 		}
 		set_all(SCHED_OTHER);
 	}
-	set_all(SCHED_OTHER);
+	/* Every way out leaves the threads SCHED_OTHER: parked, after a backoff, or just set above. */
 	atomic_store(&G.state, G_OFF);
 	return NULL;
 }
@@ -396,10 +410,8 @@ void ovl_ring_sched_note(void)
 {
 	if (_likely_(!atomic_load_explicit(&G.parked, memory_order_relaxed)))
 		return;
-	if (atomic_exchange(&G.parked, false)) {
-		atomic_store(&G.wake, 1);
-		(void)syscall(SYS_futex, &G.wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-	}
+	if (atomic_exchange(&G.parked, false))
+		poke();
 }
 
 void ovl_ring_sched_stop(void)
@@ -407,8 +419,7 @@ void ovl_ring_sched_stop(void)
 	if (!G.started)
 		return;
 	atomic_store(&G.stop, true);
-	atomic_store(&G.wake, 1);
-	(void)syscall(SYS_futex, &G.wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+	poke();
 	pthread_join(G.thread, NULL);
 	G.started = false;
 	release();

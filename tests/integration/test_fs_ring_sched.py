@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(fsutil.IMPL != "draftfs", reason="ring_sched is 
 SCHED_OTHER, SCHED_IDLE = 0, 5
 
 
-def queue_policies(pid, every=False):
+def thread_policies(pid, every=False):
     """{tid: policy} of the daemon's io_uring queue threads (named draftfs-qN), or of all its threads."""
     out = {}
     for tid in os.listdir("/proc/%d/task" % pid):
@@ -53,7 +53,7 @@ def mount(env, opts=None):
     if opts is None and status(m.path)["transport"]["sched"] == "off":
         m.stop()
         pytest.skip("ring_sched=idle is not available to this daemon (see its log line)")
-    assert queue_policies(m.pid), "no io_uring queue threads named draftfs-q*"
+    assert thread_policies(m.pid), "no io_uring queue threads named draftfs-q*"
     return m
 
 
@@ -87,10 +87,10 @@ def wait_parked(m):
     """
     deadline = time.monotonic() + 10
     while True:
-        pol = queue_policies(m.pid, every=True)
+        pol = thread_policies(m.pid, every=True)
         if set(pol.values()) == {SCHED_OTHER}:
             time.sleep(0.2)  # and it stays so while nothing is asked
-            pol = queue_policies(m.pid, every=True)
+            pol = thread_policies(m.pid, every=True)
             if set(pol.values()) == {SCHED_OTHER}:
                 return
         assert time.monotonic() < deadline, pol
@@ -107,7 +107,7 @@ def test_idle_while_requests_flow_other_when_quiet(fsenv):
     try:
         # Under a loaded test run the guard may back off (sched_backoffs grows: it was SCHED_IDLE before)
         while not seen_idle and time.monotonic() < deadline:
-            seen_idle = SCHED_IDLE in queue_policies(m.pid).values()
+            seen_idle = SCHED_IDLE in thread_policies(m.pid).values()
             if not seen_idle:
                 seen_idle = status(m.path)["transport"]["sched_backoffs"] > backoffs
     finally:
@@ -151,7 +151,7 @@ def test_ring_sched_normal_never_idle(fsenv):
     flow = Flow(m.path)
     try:
         for _ in range(50):
-            assert set(queue_policies(m.pid).values()) == {SCHED_OTHER}
+            assert set(thread_policies(m.pid).values()) == {SCHED_OTHER}
             time.sleep(0.01)
     finally:
         flow.end()
