@@ -165,6 +165,33 @@ static int write_file(const char *dir, const char *file, const char *value)
 }
 
 /*
+ * write_file() and mkdir() for creating a run's cgroup: a failure names its
+ * path in cg->failed. The last failure wins: a create returns at the first
+ * one it cannot take, after the optional ones it went past.
+ */
+static int cg_failed(struct launch_cgroup *cg, const char *dir, const char *file, int r)
+{
+	free(cg->failed);
+	if (asprintf(&cg->failed, "%s%s%s", dir, file ? "/" : "", file ? file : "") < 0)
+		cg->failed = NULL;
+	return r;
+}
+
+static int cg_write(struct launch_cgroup *cg, const char *dir, const char *file, const char *value)
+{
+	int r = write_file(dir, file, value);
+
+	return r < 0 ? cg_failed(cg, dir, file, r) : 0;
+}
+
+static int cg_mkdir(struct launch_cgroup *cg, const char *path, bool may_exist)
+{
+	if (mkdir(path, 0755) == 0 || (may_exist && errno == EEXIST))
+		return 0;
+	return cg_failed(cg, path, NULL, -errno);
+}
+
+/*
  * Reads a cgroup file. Nearly all are a few bytes: those go through a
  * stack buffer (no large allocation, which a static musl build pays for
  * with mmap/munmap); a big one is read again from the start.
@@ -372,27 +399,27 @@ static int create_v1(const struct launch_config *c, const char *name, struct lau
 		return r;
 
 	snprintf(buf, sizeof(buf), "%llu", (unsigned long long)c->pids);
-	r = write_file(cg->v1_pids, "pids.max", c->pids ? buf : "max");
+	r = cg_write(cg, cg->v1_pids, "pids.max", c->pids ? buf : "max");
 	if (r < 0)
 		return r;
 	if (c->memory) {
 		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)c->memory);
-		r = write_file(cg->v1_memory, "memory.limit_in_bytes", buf);
+		r = cg_write(cg, cg->v1_memory, "memory.limit_in_bytes", buf);
 		if (r < 0)
 			return r;
 		/* swap included: memsw = memory; without swap accounting, keep the group out of swap */
-		r = write_file(cg->v1_memory, "memory.memsw.limit_in_bytes", buf);
+		r = cg_write(cg, cg->v1_memory, "memory.memsw.limit_in_bytes", buf);
 		if (r == -ENOENT && host_has_swap())
-			r = write_file(cg->v1_memory, "memory.swappiness", "0");
+			r = cg_write(cg, cg->v1_memory, "memory.swappiness", "0");
 		if (r < 0 && r != -ENOENT)
 			return r;
 	}
 	if (c->cpu > 0) {
-		r = write_file(cg->v1_cpu, "cpu.cfs_period_us", "100000");
+		r = cg_write(cg, cg->v1_cpu, "cpu.cfs_period_us", "100000");
 		if (r < 0)
 			return r;
 		snprintf(buf, sizeof(buf), "%lld", (long long)(c->cpu * 100000 + 0.5));
-		r = write_file(cg->v1_cpu, "cpu.cfs_quota_us", buf);
+		r = cg_write(cg, cg->v1_cpu, "cpu.cfs_quota_us", buf);
 		if (r < 0)
 			return r;
 	}
@@ -410,43 +437,44 @@ static int create_v2(const struct launch_config *c, const char *name, struct lau
 		return r;
 	if (asprintf(&base, "%s/draftbox", mnt) < 0)
 		return -ENOMEM;
-	if (mkdir(base, 0755) < 0 && errno != EEXIST)
-		return -errno;
+	r = cg_mkdir(cg, base, true);
+	if (r < 0)
+		return r;
 	/* enable the controllers down to the run's parent; cpu is optional */
-	r = write_file(mnt, "cgroup.subtree_control", "+pids +memory");
+	r = cg_write(cg, mnt, "cgroup.subtree_control", "+pids +memory");
 	if (r < 0)
 		return r;
-	(void)write_file(mnt, "cgroup.subtree_control", "+cpu");
-	r = write_file(base, "cgroup.subtree_control", "+pids +memory");
+	(void)cg_write(cg, mnt, "cgroup.subtree_control", "+cpu");
+	r = cg_write(cg, base, "cgroup.subtree_control", "+pids +memory");
 	if (r < 0)
 		return r;
-	(void)write_file(base, "cgroup.subtree_control", "+cpu");
+	(void)cg_write(cg, base, "cgroup.subtree_control", "+cpu");
 	prune_stale(base, 0);
 	if (asprintf(&cg->v2_path, "%s/%s", base, name) < 0)
 		return -ENOMEM;
-	if (mkdir(cg->v2_path, 0755) < 0) {
-		r = -errno;
+	r = cg_mkdir(cg, cg->v2_path, false);
+	if (r < 0) {
 		free(cg->v2_path);
 		cg->v2_path = NULL;
 		return r;
 	}
 
 	snprintf(buf, sizeof(buf), "%llu", (unsigned long long)c->pids);
-	r = write_file(cg->v2_path, "pids.max", c->pids ? buf : "max");
+	r = cg_write(cg, cg->v2_path, "pids.max", c->pids ? buf : "max");
 	if (r < 0)
 		return r;
 	if (c->memory) {
 		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)c->memory);
-		r = write_file(cg->v2_path, "memory.max", buf);
+		r = cg_write(cg, cg->v2_path, "memory.max", buf);
 		if (r < 0)
 			return r;
-		r = write_file(cg->v2_path, "memory.swap.max", "0");
+		r = cg_write(cg, cg->v2_path, "memory.swap.max", "0");
 		if (r < 0 && r != -ENOENT)
 			return r;
 	}
 	if (c->cpu > 0) {
 		snprintf(buf, sizeof(buf), "%lld 100000", (long long)(c->cpu * 100000 + 0.5));
-		r = write_file(cg->v2_path, "cpu.max", buf);
+		r = cg_write(cg, cg->v2_path, "cpu.max", buf);
 		if (r < 0)
 			return r;
 	}
@@ -470,7 +498,10 @@ int launch_cgroup_create(const struct launch_config *c, const char *name, struct
 		return -EOPNOTSUPP;
 	}
 	if (r < 0) {
+		char *failed = TAKE_PTR(cg.failed);
+
 		launch_cgroup_destroy(&cg);
+		*ret = (struct launch_cgroup){ .failed = failed };
 		return r;
 	}
 	*ret = cg;
@@ -724,5 +755,6 @@ void launch_cgroup_destroy(struct launch_cgroup *cg)
 	free(cg->v1_cpu);
 	free(cg->v1_cpuacct);
 	free(cg->v1_freezer);
+	free(cg->failed);
 	*cg = (struct launch_cgroup){};
 }

@@ -199,6 +199,7 @@ struct launch_cgroup {
 	char *v1_cpu;
 	char *v1_cpuacct;
 	char *v1_freezer;
+	char *failed;      /* after a failed create: the dir or file the kernel refused, or NULL */
 };
 
 /* Detects the cgroup setup: which version has the pids+memory controllers. */
@@ -206,7 +207,8 @@ enum launch_cgroup_version launch_cgroup_detect(void);
 
 /*
  * Creates a cgroup named @name for one run and applies the limits.
- * Returns 0 or -errno (-EOPNOTSUPP: no usable cgroup controllers).
+ * Returns 0 or -errno (-EOPNOTSUPP: no usable cgroup controllers); on
+ * failure only ret->failed may be set (launch_cgroup_destroy() frees it).
  */
 int launch_cgroup_create(const struct launch_config *c, const char *name, struct launch_cgroup *ret);
 /* Moves @pid into the cgroup (all hierarchies). Returns 0 or -errno. */

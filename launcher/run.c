@@ -1140,8 +1140,14 @@ int launch_run(struct launch_config *c)
 	if (r == -EOPNOTSUPP) {
 		log_error("no usable cgroup controllers (pids and memory, v1 or v2); refusing to run without limits");
 		goto out;
+	} else if (r == -EBUSY && s.cg.failed && strcmp(strrchr(s.cg.failed, '/'), "/cgroup.subtree_control") == 0) {
+		log_error("cannot create cgroup '%s': cannot enable controllers in %s: that cgroup has processes of "
+			  "its own, and cgroup v2 gives controllers only to the children of a cgroup without any "
+			  "(in a container, move its processes into a child cgroup first)", name, s.cg.failed);
+		goto out;
 	} else if (r < 0) {
-		r = log_error_errno(r, "cannot create cgroup '%s'", name);
+		r = log_error_errno(r, "cannot create cgroup '%s'%s%s", name, s.cg.failed ? ": " : "",
+				    s.cg.failed ? s.cg.failed : "");
 		goto out;
 	}
 
