@@ -67,15 +67,18 @@ static int open_flags(int flags)
  * security.capability before the first write (the upper filesystem drops
  * it when we write), and the data is not cached twice, by FUSE and by the
  * upper. Nothing reads through such a file (mmap needs read access), and a
- * direct write invalidates the pages other opens of the file cached. Not
- * with the writeback cache, which must have the pages.
+ * direct write invalidates the pages other opens of the file cached, on
+ * Linux 6.6+ (ovl_dio_writes_coherent()); older kernels keep them, so
+ * there the write goes through the page cache. Not with the writeback
+ * cache, which must have the pages.
  */
 static void set_fi_flags(struct fuse_file_info *fi)
 {
 	const struct ovl_fh *fh = (const struct ovl_fh *)(uintptr_t)fi->fh;
 
 	fi->keep_cache = 1;
-	if ((fi->flags & O_ACCMODE) == O_WRONLY && fh->mode == OVL_IO_CACHED && !ovl_fs->opt->writeback)
+	if ((fi->flags & O_ACCMODE) == O_WRONLY && fh->mode == OVL_IO_CACHED && !ovl_fs->opt->writeback &&
+	    ovl_dio_writes_coherent())
 		fi->direct_io = 1;
 }
 

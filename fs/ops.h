@@ -164,12 +164,14 @@ uint32_t ovl_devio_kernel_flags2(void);
 
 /* Remembers the device and whether passthrough is wanted (before the loop). Returns 0. */
 int ovl_pt_setup(struct ovl_fs *fs);
-/* From the INIT handler: asks the kernel for passthrough in the reply being built. */
+/* From the INIT handler: asks the kernel for passthrough (and coherent direct writes) in the reply being built. */
 void ovl_pt_init(struct fuse_conn_info *conn);
-/* After the INIT reply went out with @flags2 added: passthrough is on if it was among them. */
+/* After the INIT reply went out with @flags2 added: passthrough (direct-write coherence) is on if it was among them. */
 void ovl_pt_init_sent(uint32_t flags2);
 /* True while the kernel accepts passthrough opens on this mount. */
 bool ovl_pt_enabled(void);
+/* True when a FOPEN_DIRECT_IO write drops the pages other opens cached (Linux 6.6+, negotiated at INIT). */
+bool ovl_dio_writes_coherent(void);
 /*
  * Chooses the io mode of a new open of node @n through @fd (the file the
  * handle reads and writes) and fills @fh->mode, ->backing_id and ->counted.

@@ -54,7 +54,8 @@
 #include "ops.h"
 #include "ovl.h"
 
-/* Kernel ABI 7.40+, absent from the 6.1 uapi headers Debian 12 ships. */
+/* Kernel ABI 7.39/7.40+, absent from the 6.1 uapi headers Debian 12 ships. */
+#define PT_FUSE_DIRECT_IO_ALLOW_MMAP (1ULL << 36)
 #define PT_FUSE_PASSTHROUGH (1ULL << 37)
 #define PT_FOPEN_DIRECT_IO (1U << 0)
 #define PT_FOPEN_PASSTHROUGH (1U << 7)
@@ -128,6 +129,25 @@ void ovl_pt_init(struct fuse_conn_info *conn)
 	/* FUSE_PASSTHROUGH is protocol 7.40; older kernels never see the flag. One stacking level. */
 	if (pt_wanted && conn->proto_minor >= 40)
 		ovl_devio_init_add(0, (uint32_t)(PT_FUSE_PASSTHROUGH >> 32), 1);
+	/*
+	 * FUSE_DIRECT_IO_ALLOW_MMAP (7.39, Linux 6.6): with it, a FOPEN_DIRECT_IO
+	 * write drops the pages of its range other opens cached, whichever way
+	 * a kernel version words that. Before 6.6 the pages stay, so a file read
+	 * (and cached, keep_cache) before an append kept reading the old bytes,
+	 * now followed by zeros: write-only opens go direct only with the flag
+	 * (ovl_dio_writes_coherent()). Shared mmap of a direct file, the flag's
+	 * other effect, cannot happen here: only write-only opens and
+	 * passthrough files (whose mmap is the backing file's) are direct.
+	 */
+	if (conn->proto_minor >= 39)
+		ovl_devio_init_add(0, (uint32_t)(PT_FUSE_DIRECT_IO_ALLOW_MMAP >> 32), 0);
+}
+
+static _Atomic bool dio_coherent;
+
+bool ovl_dio_writes_coherent(void)
+{
+	return atomic_load_explicit(&dio_coherent, memory_order_relaxed);
 }
 
 bool ovl_pt_enabled(void)
@@ -139,6 +159,8 @@ void ovl_pt_init_sent(uint32_t flags2)
 {
 	if (flags2 & (uint32_t)(PT_FUSE_PASSTHROUGH >> 32))
 		atomic_store(&pt_on, true);
+	if (flags2 & (uint32_t)(PT_FUSE_DIRECT_IO_ALLOW_MMAP >> 32))
+		atomic_store(&dio_coherent, true);
 }
 
 static int backing_open(int fd)
