@@ -28,6 +28,9 @@ fi
 
 mount -t proc proc /proc
 mount -t sysfs sys /sys
+for m in /modules/*.ko; do
+	[ -e "$m" ] && insmod "$m"
+done
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 mkdir -p /tmp /run /ws /state
 mount -t tmpfs -o mode=1777 tmp /tmp

@@ -2,9 +2,10 @@
 """Boots a throwaway VM to run draftbox-run on a kernel configuration this
 machine does not have (a pure cgroup v2 hierarchy).
 
-The VM is qemu with Debian's kernel (vmlinuz extracted from the
-linux-image package by `./dev deps` into .cache/vm/, or $DRAFTBOX_VM_KERNEL)
-and an initramfs built here: static busybox, the built binaries with the
+The VM is qemu with Debian's kernel (vmlinuz and its fuse and overlay
+modules, extracted from the linux-image package by `./dev deps` into
+.cache/vm/; or $DRAFTBOX_VM_KERNEL, with modules in a `modules` dir beside
+it) and an initramfs built here: static busybox, the built binaries with the
 shared libraries ldd names, bubblewrap, vm-init.sh as /init and a list of
 cases. qemu emulates the CPU (TCG; $DRAFTBOX_VM_ACCEL=kvm to use KVM).
 The VM's serial console carries the results (vm-init.sh's markers).
@@ -35,7 +36,12 @@ def find_kernel():
     return found[-1] if found else None
 
 
-def missing():
+def modules():
+    """The kernel modules the VM loads at boot (fuse, overlay)."""
+    return sorted(glob.glob(os.path.join(os.path.dirname(find_kernel()), "modules", "*.ko")))
+
+
+def missing(need_modules=()):
     """Why no VM can be booted here (a skip reason), or None."""
     if os.uname().machine != "x86_64":
         return "the VM tests boot an x86_64 kernel"
@@ -43,6 +49,10 @@ def missing():
         return "qemu-system-x86_64 is not installed (./dev deps installs qemu-system-x86)"
     if not find_kernel():
         return "no kernel image for the VM in .cache/vm/ (./dev deps extracts Debian's linux-image)"
+    have = {os.path.basename(m) for m in modules()}
+    for m in need_modules:
+        if f"{m}.ko" not in have:
+            return f"no {m}.ko beside the VM's kernel (./dev deps extracts it)"
     if not os.access(BUSYBOX, os.X_OK) or subprocess.run(
             ["ldd", BUSYBOX], capture_output=True).returncode == 0:
         return "a static busybox is not installed (./dev deps installs busybox-static)"
@@ -117,6 +127,9 @@ def build_initramfs(binaries, cases):
         c.file("/init", f.read())
     for dest, src in binaries.items():
         c.copy(src, dest)
+    for m in modules():
+        with open(m, "rb") as f:
+            c.file(f"/modules/{os.path.basename(m)}", f.read(), 0o644)
     c.file("/cases", "".join(f"{n}\t{cmd}\n" for n, cmd in cases).encode(), 0o644)
     c.file("/etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n", 0o644)
     c.file("/etc/group", b"root:x:0:\n", 0o644)
@@ -145,7 +158,7 @@ def parse_console(text):
     results, info, cur = {}, {}, None
     for line in text.splitlines():
         line = line.rstrip("\r")
-        m = re.match(r"DBXVM-(\w+) ?(.*)$", line)
+        m = re.search(r"DBXVM-(\w+) ?(.*)$", line)  # the first line follows the BIOS's escapes
         if not m:
             continue
         key, val = m.group(1), m.group(2)
