@@ -10,7 +10,10 @@ checks on the host: the pids and memory limits, the OOM report, the CPU
 quota and accounting, the kill of a whole tree on timeout, and that no
 cgroup or process is left behind. Last, the launcher in a container whose
 cgroup namespace root holds processes (where v2 forbids enabling
-controllers) must refuse with a clear error.
+controllers) must refuse with a clear error. The VM's kernel is Debian
+12's own (6.1), so a run in overlay mode there also checks the whole
+product on a stock Debian 12 machine: draftfs without passthrough or
+io_uring under bubblewrap, the sandbox's writes in the upper only.
 """
 import os
 import shutil
@@ -23,6 +26,7 @@ from conftest import build_path
 RUN = build_path("launcher", "draftbox-run")
 FULL = build_path("launcher", "draftbox-run-full")
 EXEC = build_path("launcher", "draftbox-exec")
+DRAFTFS = build_path("fs", "draftfs")
 TRY = build_path("tests", "integration", "try-syscall")
 
 STUBBORN = ("trap '' INT TERM; "
@@ -42,6 +46,11 @@ CASES = [
     ("cpu", "$RUN --mode ro --cpu 0.25 --timeout 3 --grace 0.2 -- sh -c 'while :; do :; done'"),
     ("subtree", "cat /sys/fs/cgroup/cgroup.subtree_control /sys/fs/cgroup/draftbox/cgroup.subtree_control"),
     ("leftover_cgroups", "find /sys/fs/cgroup/draftbox -mindepth 1 -type d"),
+    ("overlay", "echo original > /ws/orig && chown -R 1000:1000 /ws && "
+                "$RUN --mode overlay --draftfs /opt/db/fs/draftfs --session-dir /state/s1 -- "
+                "sh -c 'cat orig; echo changed > orig; echo new > added; id -u'"),
+    ("overlay_after", "cat /ws/orig /state/s1/upper/orig /state/s1/upper/added; "
+                      "grep -c ' /state/s1' /proc/self/mountinfo"),
     ("container", "mkdir /sys/fs/cgroup/ctr && echo $$ > /sys/fs/cgroup/ctr/cgroup.procs && "
                   "exec /usr/bin/unshare -C -m sh -c 'umount /sys/fs/cgroup && "
                   "mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec $RUN --mode ro -- true'"),
@@ -55,7 +64,7 @@ def vm():
     why = vmutil.missing()
     if why:
         pytest.skip(why)
-    for p in (RUN, EXEC, TRY):
+    for p in (RUN, EXEC, TRY, DRAFTFS):
         if not os.path.exists(p):
             pytest.skip(f"{p} is not built")
     bwrap, unshare = shutil.which("bwrap"), shutil.which("unshare")
@@ -67,6 +76,7 @@ def vm():
         "/opt/db/launcher/draftbox-run": RUN,
         "/opt/db/launcher/draftbox-exec": EXEC,
         "/opt/db/tests/integration/try-syscall": TRY,
+        "/opt/db/fs/draftfs": DRAFTFS,
         "/usr/bin/bwrap": bwrap,
         "/usr/bin/unshare": unshare,  # busybox's has no --cgroup
     }
@@ -141,6 +151,17 @@ def test_controllers_enabled_on_the_way(vm):
 def test_no_cgroup_left_behind(vm):
     r = case(vm, "leftover_cgroups")
     assert r.stdout == b"", r
+
+
+def test_overlay_mode_on_debians_kernel(vm):
+    _, info = vm
+    assert info["KERNEL"].startswith("6.1."), info
+    r = case(vm, "overlay")
+    assert r.rc == 0 and r.json["cgroup"] == "v2", r
+    out = r.stdout.decode().split()
+    assert out[0] == "original" and out[1] == str(r.json["uid"]), r
+    after = case(vm, "overlay_after")
+    assert after.stdout == b"original\nchanged\nnew\n0\n", after  # the workspace untouched, nothing mounted
 
 
 def test_container_root_with_processes_is_a_clear_error(vm):
