@@ -29,7 +29,10 @@ fi
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 for m in /modules/*.ko; do
-	[ -e "$m" ] && insmod "$m"
+	case "$m" in
+	*-brd.ko) insmod "$m" rd_nr=1 rd_size=2097152 ;; # /dev/ram0, 2 GiB, allocated as written
+	*.ko) [ -e "$m" ] && insmod "$m" ;;
+	esac
 done
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 mkdir -p /tmp /run /ws /state

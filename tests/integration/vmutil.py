@@ -37,7 +37,7 @@ def find_kernel():
 
 
 def modules():
-    """The kernel modules the VM loads at boot (fuse, overlay)."""
+    """The kernel modules the VM loads at boot, in that order ("NN-name.ko")."""
     return sorted(glob.glob(os.path.join(os.path.dirname(find_kernel()), "modules", "*.ko")))
 
 
@@ -49,7 +49,7 @@ def missing(need_modules=()):
         return "qemu-system-x86_64 is not installed (./dev deps installs qemu-system-x86)"
     if not find_kernel():
         return "no kernel image for the VM in .cache/vm/ (./dev deps extracts Debian's linux-image)"
-    have = {os.path.basename(m) for m in modules()}
+    have = {re.sub(r"^\d+-", "", os.path.basename(m)) for m in modules()}
     for m in need_modules:
         if f"{m}.ko" not in have:
             return f"no {m}.ko beside the VM's kernel (./dev deps extracts it)"
@@ -82,14 +82,14 @@ class Cpio:
         self.ino = 1
         self.names = set()
 
-    def _entry(self, name, mode, data=b""):
+    def _entry(self, name, mode, data=b"", mtime=0):
         name = name.lstrip("/")
         if name in self.names:
             return
         self.names.add(name)
         nb = name.encode() + b"\0"
         hdr = "070701" + "".join(f"{v:08x}" for v in (
-            self.ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(nb), 0))
+            self.ino, mode, 0, 0, 1, int(mtime), len(data), 0, 0, 0, 0, len(nb), 0))
         self.ino += 1
         self.buf.write(hdr.encode() + nb)
         self.buf.write(b"\0" * (-(110 + len(nb)) % 4))
@@ -101,32 +101,68 @@ class Cpio:
         for i in range(1, len(parts) + 1):
             self._entry("/".join(parts[:i]), stat.S_IFDIR | 0o755)
 
-    def file(self, dest, data, mode=0o755):
+    def file(self, dest, data, mode=0o755, mtime=0):
         self.dirs(dest)
-        self._entry(dest, stat.S_IFREG | mode, data)
+        self._entry(dest, stat.S_IFREG | mode, data, mtime)
 
     def copy(self, src, dest=None):
         """Copies @src (symlinks followed) to @dest, with every library it loads at its own path."""
         dest = dest or src
+        st = os.stat(src)
         with open(src, "rb") as f:
-            self.file(dest, f.read(), stat.S_IMODE(os.stat(src).st_mode))
-        for dep in elf_deps(src):
-            if dep.lstrip("/") not in self.names:
-                self.copy(dep)
+            self.file(dest, f.read(), stat.S_IMODE(st.st_mode), st.st_mtime)
+        if dest.endswith(".so") or ".so." in dest or st.st_mode & 0o111:
+            for dep in elf_deps(src):
+                if dep.lstrip("/") not in self.names:
+                    self.copy(dep)
+
+    def tree(self, src, skip=()):
+        """Copies the files below @src to the same paths (mtimes kept: Python's .pyc files check them)."""
+        for root, dirs, files in os.walk(src):
+            dirs[:] = sorted(d for d in dirs if d not in skip)
+            for f in sorted(files):
+                self.copy(os.path.join(root, f))
 
     def finish(self):
         self._entry("TRAILER!!!", 0)
         return self.buf.getvalue()
 
 
-def build_initramfs(binaries, cases):
-    """@binaries: {path in the VM: path here}; @cases: [(name, shell command)]."""
+PY_SKIP = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "pydoc_data",
+           "config-3.11-x86_64-linux-gnu", "site-packages"}
+PYTEST_PKGS = ("_pytest", "pytest", "pluggy", "iniconfig", "packaging", "attr", "attrs", "py.py")
+
+
+def python_payload():
+    """({path: path}, [dirs]) of Debian's python3 and pytest for the VM, or None without them."""
+    exe = os.path.realpath("/usr/bin/python3")
+    lib = "/usr/lib/" + os.path.basename(exe)
+    dist = "/usr/lib/python3/dist-packages"
+    if not os.path.isdir(lib) or not os.path.isdir(os.path.join(dist, "_pytest")):
+        return None
+    files, trees = {exe: exe, "/usr/bin/python3": exe}, [lib]
+    for p in PYTEST_PKGS:
+        path = os.path.join(dist, p)
+        if os.path.isdir(path):
+            trees.append(path)
+        elif os.path.exists(path):
+            files[path] = path
+    return files, trees
+
+
+def build_initramfs(binaries, cases, trees=()):
+    """@binaries: {path in the VM: path here}; @cases: [(name, shell command)]; @trees: dirs copied whole."""
     c = Cpio()
     c.copy(BUSYBOX, "/bin/busybox")
+    # glibc loads it at run time for pthread_cancel (libfuse's loop), so ldd does not list it
+    for lib in glob.glob("/lib/*-linux-gnu/libgcc_s.so.1")[:1]:
+        c.copy(lib)
     with open(os.path.join(HERE, "vm-init.sh"), "rb") as f:
         c.file("/init", f.read())
     for dest, src in binaries.items():
         c.copy(src, dest)
+    for t in trees:
+        c.tree(t, PY_SKIP)
     for m in modules():
         with open(m, "rb") as f:
             c.file(f"/modules/{os.path.basename(m)}", f.read(), 0o644)
@@ -182,9 +218,9 @@ def parse_console(text):
     return results, info
 
 
-def boot(binaries, cases, timeout=600, memory_mib=1536):
+def boot(binaries, cases, timeout=600, memory_mib=1536, trees=()):
     """Boots the VM with @cases; returns (results, info, console text)."""
-    initrd = build_initramfs(binaries, cases)
+    initrd = build_initramfs(binaries, cases, trees)
     with tempfile.TemporaryDirectory(prefix="dbx-vm-") as tmp:
         path = os.path.join(tmp, "initrd.cpio")
         with open(path, "wb") as f:
