@@ -35,8 +35,9 @@ for m in /modules/*.ko; do
 	esac
 done
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
-mkdir -p /tmp /run /ws /state
+mkdir -p /tmp /run /ws /state /dev/shm
 mount -t tmpfs -o mode=1777 tmp /tmp
+mount -t tmpfs -o mode=1777 shm /dev/shm
 mount -t tmpfs -o mode=0755 run /run
 chmod 0777 /ws
 chmod 0700 /state
