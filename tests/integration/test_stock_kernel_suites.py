@@ -16,9 +16,9 @@ fs-evict, fs-mounthelper, ctl-live, ctl-random, ctl-metacopy,
 ctl-recover, launcher-limits, launcher-sandbox, launcher-overlay,
 api-sessions (their binaries and bwrap come along, for such runs).
 fs-programs needs make and git's helpers, api-changes /etc/hostname and
-api-run pgrep, which the VM does not have; api-run also found that on 6.1
-a write past the session quota through busybox's head (sendfile) fails
-with EIO where 6.18 says ENOSPC (dd's writes get ENOSPC on both).
+api-run pgrep, which the VM does not have; api-run's quota check also
+reads the writer's message, and busybox's head says "I/O error" for any
+failed write (draftfs answered ENOSPC, seen with `draftfs -d` there).
 """
 import glob
 import os
