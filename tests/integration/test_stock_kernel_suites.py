@@ -5,7 +5,9 @@ test_fs_stock_kernel.py checks a handful of operations there by hand; this
 module runs whole pytest files of ours inside the VM (vmutil.py with
 Debian's python3 and pytest, the layers on an ext4 RAM disk), so the
 differential test against that kernel's own overlayfs, the integrity and
-control-plane suites see a kernel without FUSE passthrough or io_uring.
+control-plane suites see a kernel without FUSE passthrough or io_uring,
+and the launcher and API suites a pure cgroup v2 host (the VM's), where
+the sessions of the main job run.
 Each file is one test here and passes when its run inside does (a file
 whose tests all skip counts as passed, as in meson). The emulated CPU is
 slow (about 20 times), so SUITES holds the files that say most per minute
@@ -13,12 +15,9 @@ slow (about 20 times), so SUITES holds the files that say most per minute
 Seen passing there too, by hand (2026-12-03): fs-smoke, fs-ownership,
 fs-crash, fs-metacopy, fs-finalize, fs-readdir, fs-acl, fs-badinput,
 fs-evict, fs-mounthelper, ctl-live, ctl-random, ctl-metacopy,
-ctl-recover, launcher-limits, launcher-sandbox, launcher-overlay,
-api-sessions (their binaries and bwrap come along, for such runs).
-fs-programs needs make and git's helpers, api-changes /etc/hostname and
-api-run pgrep, which the VM does not have; api-run's quota check also
-reads the writer's message, and busybox's head says "I/O error" for any
-failed write (draftfs answered ENOSPC, seen with `draftfs -d` there).
+ctl-recover, launcher-sandbox, launcher-overlay, api-sessions,
+api-changes. fs-programs needs make and git's helpers, which the VM does
+not have.
 """
 import glob
 import os
@@ -31,11 +30,13 @@ from conftest import HERE, build_path
 
 DRAFTFS = build_path("fs", "draftfs")
 SUITES = os.environ.get("DRAFTBOX_VM_SUITES", "test_fs_differential.py test_fs_integrity.py "
-                        "test_fs_symlinks.py test_ctl_commit.py").split()
+                        "test_fs_symlinks.py test_ctl_commit.py test_launcher_limits.py "
+                        "test_api_run.py").split()
 # the suites' own tools; the VM's busybox lacks options they use (rm --one-file-system)
 TOOLS = ["/usr/bin/" + t for t in ("mount", "umount", "setpriv", "getfattr", "setfattr", "git", "env", "rm",
                                    "cp", "mv", "ln", "mkdir", "chmod", "chown", "stat", "cat", "ls", "touch",
-                                   "find", "tar", "sync", "truncate", "dd")] + ["/usr/sbin/mkfs.ext4"]
+                                   "find", "tar", "sync", "truncate", "dd", "head", "seq", "wc", "pgrep",
+                                   "sleep")] + ["/usr/sbin/mkfs.ext4"]
 # the layers on ext4, as on a real machine (tmpfs has no user xattrs before 6.6)
 SCRATCH = "mkfs.ext4 -q /dev/ram0 && mount /dev/ram0 /tmp && chmod 1777 /tmp"
 BUILT = ["launcher/draftbox-run", "launcher/draftbox-run-full", "launcher/draftbox-exec", "api/draftboxd",

@@ -168,6 +168,7 @@ def build_initramfs(binaries, cases, trees=()):
             c.file(f"/modules/{os.path.basename(m)}", f.read(), 0o644)
     c.file("/cases", "".join(f"{n}\t{cmd}\n" for n, cmd in cases).encode(), 0o644)
     c.file("/etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n", 0o644)
+    c.file("/etc/hostname", b"draftbox-vm\n", 0o644)
     c.file("/etc/group", b"root:x:0:\n", 0o644)
     for d in ("proc", "sys", "dev", "tmp", "run", "root"):
         c._entry(d, stat.S_IFDIR | 0o755)
