@@ -166,8 +166,8 @@ static bool is_impure(int fd)
 {
 	char v[4];
 
-	return ovl_fgetxattr(fd, OVL_XATTR_IMPURE, v, sizeof(v)) == 1 ||
-	       ovl_fgetxattr(fd, "trusted.overlay.impure", v, sizeof(v)) == 1;
+	return ovl_getxattr_obj(fd, S_IFDIR, OVL_XATTR_IMPURE, v, sizeof(v)) == 1 ||
+	       ovl_getxattr_obj(fd, S_IFDIR, "trusted.overlay.impure", v, sizeof(v)) == 1;
 }
 
 /* Adds one raw entry of the directory @dfd of lower layer @layer (-1: the upper) to @l. */

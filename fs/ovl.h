@@ -445,8 +445,12 @@ struct ovl_origin {
 	bool is_new;           /* " new": not a copy keeping the origin's st_ino (over a whiteout, a split hard link) */
 };
 
-/* Reads the origin record of @fd (O_PATH is fine). Returns 0, -ENODATA, -EBADMSG ("v1 none" too) or -errno. */
-int ovl_origin_get(int fd, struct ovl_origin *ret);
+/*
+ * Reads the origin record of @fd (O_PATH is fine), an object of type @mode
+ * (S_IFMT bits; 0 if not known). Returns 0, -ENODATA, -EBADMSG ("v1 none"
+ * too) or -errno.
+ */
+int ovl_origin_get(int fd, mode_t mode, struct ovl_origin *ret);
 
 /*
  * Reads the origin record of @fd (O_PATH of an upper object): the view's
@@ -475,6 +479,8 @@ int ovl_origin_format(char *buf, size_t size, unsigned layer, const struct stat 
 
 /* get/set/list/remove xattrs on an O_PATH fd of any type (symlinks included). Return like the syscalls, -errno on failure. */
 ssize_t ovl_fgetxattr(int fd, const char *name, void *value, size_t size);
+/* ovl_fgetxattr() of an object of known type @mode (S_IFMT bits; 0 if not known): cheaper for a directory. */
+ssize_t ovl_getxattr_obj(int fd, mode_t mode, const char *name, void *value, size_t size);
 int ovl_fsetxattr(int fd, const char *name, const void *value, size_t size, int flags);
 ssize_t ovl_flistxattr(int fd, char *list, size_t size);
 int ovl_fremovexattr(int fd, const char *name);

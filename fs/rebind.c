@@ -58,14 +58,14 @@ static enum fh_fate fh_fate(struct ovl_node *n, int fd)
 		return FH_KEEP;
 	if (n->upper_fd >= 0) {
 		/* Another handle rebound first: the lower object of the new copy, as its record says. */
-		if (ovl_origin_get(n->upper_fd, &theirs) < 0 || theirs.is_new)
+		if (ovl_origin_get(n->upper_fd, n->type, &theirs) < 0 || theirs.is_new)
 			return FH_ORPHAN;
 	} else if (n->lower_fd >= 0 && fstatat(n->lower_fd, "", &t, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0) {
 		theirs = (struct ovl_origin){ .dev = t.st_dev, .ino = t.st_ino, .size = t.st_size, .mtime = t.st_mtim };
 	} else {
 		return FH_ORPHAN;
 	}
-	if (ovl_origin_get(fd, &mine) == 0 && !mine.is_new && mine.dev == theirs.dev && mine.ino == theirs.ino)
+	if (ovl_origin_get(fd, ust.st_mode, &mine) == 0 && !mine.is_new && mine.dev == theirs.dev && mine.ino == theirs.ino)
 		return FH_REBIND;
 	if (ust.st_size == theirs.size && ust.st_mtim.tv_sec == theirs.mtime.tv_sec &&
 	    ust.st_mtim.tv_nsec == theirs.mtime.tv_nsec)

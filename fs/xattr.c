@@ -50,7 +50,7 @@ static ssize_t top_getxattr(struct ovl_node *n, const char *name, void *value, s
 	if (r < 0)
 		return r;
 	fd = n->upper_fd >= 0 ? n->upper_fd : n->lower_fd;
-	len = fd >= 0 ? ovl_fgetxattr(fd, name, value, size) : -ESTALE;
+	len = fd >= 0 ? ovl_getxattr_obj(fd, n->type, name, value, size) : -ESTALE;
 	pthread_rwlock_unlock(&n->lock);
 	return len;
 }
