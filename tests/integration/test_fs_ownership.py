@@ -371,3 +371,36 @@ def test_write_drops_file_caps(fsenv):
     as_user(KILL, "write", p, uid=USER + 1, gid=USER + 1)
     with pytest.raises(OSError):
         os.getxattr(p, "security.capability")
+
+
+def test_xattrs_of_unsearchable_dir_without_dac_caps(fsenv, monkeypatch):
+    """A daemon without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH still reads the xattrs of a directory it
+    cannot search (mode 0600), in lower and in upper. draftfs reads a directory's xattrs with
+    getxattrat(fd, "."), a path walk that needs search permission; the /proc magic link, its fallback, does not."""
+    if fsutil.IMPL != "draftfs":
+        pytest.skip("draftfs's own xattr path")
+    fsutil.require_impl()
+    os.chmod(fsenv.base, 0o755)
+    lower = fsenv.dir("lower")
+    os.mkdir(os.path.join(lower, "d"))
+    os.setxattr(os.path.join(lower, "d"), "user.k", b"low")
+    os.chmod(os.path.join(lower, "d"), 0o600)
+    wrapper = os.path.join(fsenv.base, "draftfs-nodac")
+    with open(wrapper, "w") as f:
+        f.write("#!/bin/sh\nexec setpriv --bounding-set=-dac_override,-dac_read_search %s \"$@\"\n"
+                % fsutil.draftfs_bin())
+    os.chmod(wrapper, 0o755)
+    monkeypatch.setattr(fsutil, "draftfs_bin", lambda: wrapper)
+    m = fsenv.mount_impl([lower], name="nodac")
+    try:
+        with open(f"/proc/{m.pid}/status") as f:
+            eff = int(next(ln for ln in f if ln.startswith("CapEff:")).split()[1], 16)
+        assert not eff & (1 << 1 | 1 << 2), "the daemon still has CAP_DAC_OVERRIDE or CAP_DAC_READ_SEARCH"
+        assert os.getxattr(os.path.join(m.path, "d"), "user.k") == b"low"
+        up = os.path.join(m.path, "u")
+        os.mkdir(up)
+        os.setxattr(up, "user.k", b"up")
+        os.chmod(up, 0o600)
+        assert os.getxattr(up, "user.k") == b"up"
+    finally:
+        os.chmod(os.path.join(lower, "d"), 0o700)
