@@ -208,6 +208,7 @@ int ovl_metacopy_claim_fill(struct ovl_node *n, off_t size, bool charged, struct
 		/* Filled in the background already (a node made before its fill began): its data is in upper. */
 		pthread_rwlock_wrlock(&n->lock);
 		n->metacopy = false;
+		ovl_xattr_absent_forget(n);
 		pthread_rwlock_unlock(&n->lock);
 		r = 0;
 	}
@@ -239,6 +240,7 @@ int ovl_metacopy_run_fill(struct ovl_node *n, struct ovl_fill *f)
 	if (r >= 0) {
 		pthread_rwlock_wrlock(&n->lock);
 		n->metacopy = false;
+		ovl_xattr_absent_forget(n);
 		pthread_rwlock_unlock(&n->lock);
 	}
 	pthread_mutex_lock(&fs->fill_lock);

@@ -504,6 +504,7 @@ static int copy_up_locked(struct ovl_node *n, off_t size, bool meta, struct ovl_
 	ovl_fds_account(1);
 	n->opaque = false;
 	n->metacopy = mc;
+	ovl_xattr_absent_forget(n);
 	pthread_rwlock_unlock(&n->lock);
 	return fill && mc ? ovl_metacopy_claim_fill(n, size, true, f) : 0;
 }

@@ -281,9 +281,9 @@ void ovl_res_done(struct ovl_res *r)
 void ovl_node_apply(struct ovl_node *n, struct ovl_res *res)
 {
 	char data_path[PATH_MAX];
+	/* A node found by name only (a lower hard link) has no key to tell its object by. */
+	bool other = !res->hashable || ovl_node_rekey(n, res->key_dev, res->key_ino);
 
-	if (res->hashable)
-		ovl_node_rekey(n, res->key_dev, res->key_ino);
 	if (res->ino && res->ino != n->ino && n != &ovl_fs->root)
 		ovl_node_set_ino(n, res->ino); /* e.g. a lower hard link split by a subtree copy */
 	pthread_rwlock_wrlock(&n->lock);
@@ -300,6 +300,8 @@ void ovl_node_apply(struct ovl_node *n, struct ovl_res *res)
 		res->metacopy = false;
 	}
 	close_state(n);
+	if (other)
+		ovl_xattr_absent_forget(n);
 	free(n->handle);
 	n->handle = NULL;
 	if (take_res(n, res) < 0)
@@ -512,20 +514,23 @@ int ovl_node_set_name(struct ovl_node *n, struct ovl_node *parent, const char *n
 	return 0;
 }
 
-void ovl_node_rekey(struct ovl_node *n, dev_t dev, ino_t ino)
+bool ovl_node_rekey(struct ovl_node *n, dev_t dev, ino_t ino)
 {
 	struct ovl_fs *fs = ovl_fs;
+	bool changed = false;
 
 	if (n == &fs->root)
-		return;
+		return false;
 	pthread_mutex_lock(&fs->table_lock);
 	if (!n->id_hashed || n->key_dev != dev || n->key_ino != ino) {
+		changed = n->key_dev != dev || n->key_ino != ino;
 		id_unlink(fs, n);
 		n->key_dev = dev;
 		n->key_ino = ino;
 		id_insert(fs, n);
 	}
 	pthread_mutex_unlock(&fs->table_lock);
+	return changed;
 }
 
 void ovl_node_set_ino(struct ovl_node *n, ino_t ino)
@@ -655,6 +660,7 @@ void ovl_node_invalidate_subtree(struct ovl_node *n)
 		if (d == n || is_descendant(d, n)) {
 			atomic_store(&d->stale, true); /* re-resolved by name at the next access */
 			atomic_fetch_add(&d->gen, 1);  /* its open handles too, at their next read or write */
+			ovl_xattr_absent_forget(d);
 		}
 	pthread_mutex_unlock(&fs->table_lock);
 }

@@ -248,8 +248,10 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 		/* The new file's node from what we know of it, not a second resolution across the layers. */
 		if (r >= 0)
 			r = ovl_new_node(p, name, c.pfd, false, &n, &st);
-		if (r >= 0)
+		if (r >= 0) {
 			gen = atomic_load(&n->gen);
+			ovl_xattr_absent_created(n); /* the kernel asks for its caps on tar's chown */
+		}
 	}
 	ovl_create_done(&c);
 	ovl_mutate_end();

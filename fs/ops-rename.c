@@ -66,6 +66,7 @@ static void mark_stale_cb(struct ovl_node *d, void *ud)
 	if (d->type != S_IFDIR && d->upper_fd >= 0)
 		return;
 	atomic_store(&d->stale, true);
+	ovl_xattr_absent_forget(d);
 	mark_stale_attrs(d);
 }
 

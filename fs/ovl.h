@@ -156,6 +156,7 @@ struct ovl_node {
 	bool handle_upper;          /* handle is of the upper object (else of lower layer lower_layer) */
 	atomic_bool stale;          /* fds must be re-resolved before use (a lazy or evicted node has none) */
 	atomic_uint gen;            /* bumped when a commit, discard or invalidation changed its objects (live.c): handles opened before rebind (ovl_fh_rebind) */
+	atomic_uint xattr_absent;   /* xattrs the top object is known not to have (xattr.c), with an epoch above them */
 	struct ovl_lower *extra;
 	struct file_handle *handle; /* evicted non-dirs: the top object, to re-open it once its name is gone (copyup_lock) */
 	union {
@@ -279,8 +280,8 @@ void ovl_node_forget(struct ovl_node *n, uint64_t count);
 
 /* Sets @n's remembered name to @parent/@name (after rename, link). Returns 0 or -ENOMEM. */
 int ovl_node_set_name(struct ovl_node *n, struct ovl_node *parent, const char *name);
-/* Re-keys @n under the identity of its new upper object (after copy-up or replacement). */
-void ovl_node_rekey(struct ovl_node *n, dev_t dev, ino_t ino);
+/* Re-keys @n under the identity of its new upper object (after copy-up or replacement). True if that changed it. */
+bool ovl_node_rekey(struct ovl_node *n, dev_t dev, ino_t ino);
 
 /* Changes the view's st_ino of @n (a split lower hard link after copy-up). */
 void ovl_node_set_ino(struct ovl_node *n, ino_t ino);
@@ -365,6 +366,19 @@ static inline bool ovl_is_whiteout(const struct stat *st)
 
 /* True for xattr names that belong to the overlay and are hidden from the view. */
 bool ovl_xattr_is_private(const char *name);
+
+/*
+ * Forgets which xattrs @n's top object is known not to have (xattr.c). Called
+ * wherever its top object changes or may have changed: with n->lock held
+ * exclusive (copy-up, the end of a fill, a re-resolution that found another
+ * object), when it is marked stale for a change (a commit, discard or
+ * invalidation, a directory's subtree copy), and after an xattr was set or
+ * removed through it. Not when its fds are only closed to save them (an
+ * eviction): the object stays the same.
+ */
+void ovl_xattr_absent_forget(struct ovl_node *n);
+/* @n is a file the daemon just created: it has no file capabilities (only a setxattr gives a file some). */
+void ovl_xattr_absent_created(struct ovl_node *n);
 
 static inline void ovl_res_init(struct ovl_res *r)
 {

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -40,17 +41,72 @@ static int top_fd_dup(struct ovl_node *n, bool *ret_upper)
 	return r;
 }
 
+/*
+ * The names the kernel asks for over and over and files seldom have:
+ * security.capability (on every chown, and before a write once attributes
+ * were refreshed) and security.selinux (on every `ls -l` entry). Their
+ * absence is remembered per node, one bit each in n->xattr_absent, with an
+ * epoch above the bits that ovl_xattr_absent_forget() bumps: an answer read
+ * before a change is never recorded after it. A node's objects change with
+ * its lock held exclusive (copy-up, end of a fill, re-resolution,
+ * commit/discard invalidation), while the answer is read and recorded under
+ * the shared lock; xattrs set or removed through the mount bump the epoch
+ * after the change. Not for a metacopy or a file being filled in the
+ * background (a fill drops caps and puts them back), nor with timeout=0
+ * (nothing behind the mount is cached then). Only what the
+ * view shows is spared: the upper filesystem still drops caps itself when
+ * the daemon writes or chowns.
+ */
+#define ABSENT_BITS 2
+
+static unsigned absent_bit(const char *name)
+{
+	if (ovl_fs->opt->timeout <= 0)
+		return 0;
+	if (strcmp(name, "security.capability") == 0)
+		return 1;
+	if (strcmp(name, "security.selinux") == 0)
+		return 2;
+	return 0;
+}
+
+void ovl_xattr_absent_created(struct ovl_node *n)
+{
+	if (absent_bit("security.capability"))
+		atomic_fetch_or(&n->xattr_absent, absent_bit("security.capability"));
+}
+
+void ovl_xattr_absent_forget(struct ovl_node *n)
+{
+	unsigned v = atomic_load(&n->xattr_absent);
+
+	while (!atomic_compare_exchange_weak(&n->xattr_absent, &v, ((v >> ABSENT_BITS) + 1) << ABSENT_BITS))
+		;
+}
+
 /* getxattr of @n's top object under its lock (no fd dup: the kernel asks for security.capability before every write). */
 static ssize_t top_getxattr(struct ovl_node *n, const char *name, void *value, size_t size)
 {
+	unsigned bit = absent_bit(name), seen;
 	ssize_t len;
 	int fd, r;
 
 	r = ovl_node_rdlock_fresh(n);
 	if (r < 0)
 		return r;
+	seen = atomic_load(&n->xattr_absent);
+	if (seen & bit) {
+		pthread_rwlock_unlock(&n->lock);
+		return -ENODATA;
+	}
 	fd = n->upper_fd >= 0 ? n->upper_fd : n->lower_fd;
+	/* A file being filled in the background loses its caps for a moment after each chunk (bgfill.c). */
+	if (bit && (n->metacopy || (fd >= 0 && S_ISREG(n->type) && ovl_bgfill_holds(fd))))
+		bit = 0;
 	len = fd >= 0 ? ovl_getxattr_obj(fd, n->type, name, value, size) : -ESTALE;
+	/* Fails, and records nothing, if the epoch (or another bit) moved since @seen. */
+	if (bit && len == -ENODATA)
+		(void)atomic_compare_exchange_strong(&n->xattr_absent, &seen, seen | bit);
 	pthread_rwlock_unlock(&n->lock);
 	return len;
 }
@@ -205,6 +261,7 @@ void ovl_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const cha
 		}
 	}
 	ovl_mutate_end();
+	ovl_xattr_absent_forget(n);
 	if (r >= 0)
 		ovl_node_split_changed(n); /* its ctime */
 	fuse_reply_err(req, -r);

@@ -5,6 +5,7 @@ discard reverting at once, commit and diff while a process keeps writing,
 a daemon killed in the middle of a commit, bad requests on the socket, a
 commit in one mount seen at once by another mount of the same workspace,
 and a partial commit that takes away the data of a metacopy."""
+import errno
 import json
 import os
 import signal
@@ -653,3 +654,29 @@ def test_live_reader_and_writer_across_a_commit(live):
         assert m.changes()["src/a.c"]["status"] == "modified"
     finally:
         os.close(fd)
+
+
+def test_live_discard_brings_back_caps(live):
+    """A copy that lost its file caps (a write drops them) shows them again once discarded: what the daemon
+    remembers of the copy (that it has no security.capability, fs/xattr.c) goes with it."""
+    s, start = live
+    p = os.path.join(s.lowers[0], "tool")
+    with open(p, "wb") as f:
+        f.write(b"#!/bin/sh\n")
+    os.chmod(p, 0o755)
+    # VFS_CAP_REVISION_2 | effective, permitted = CAP_NET_BIND_SERVICE
+    caps = (0x02000001).to_bytes(4, "little") + (1 << 10).to_bytes(4, "little") + bytes(12)
+    os.setxattr(p, "security.capability", caps)
+    m = start()
+    v = os.path.join(m.mnt, "tool")
+    assert os.getxattr(v, "security.capability") == caps
+    with open(v, "ab") as f:
+        f.write(b"true\n")
+    for _ in range(2):  # the second answer is the daemon's memory of the first
+        with pytest.raises(OSError) as e:
+            os.getxattr(v, "security.capability")
+        assert e.value.errno == errno.ENODATA
+    m.run("discard", "tool")
+    assert os.getxattr(v, "security.capability") == caps
+    with open(v, "rb") as f:
+        assert f.read() == b"#!/bin/sh\n"

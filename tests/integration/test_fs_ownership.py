@@ -11,6 +11,7 @@ first: `uidmapping=1000:10001:1` shows disk uid 1000 as 10001 (docs/fs.md,
 "ID mapping"). st_ino stays the same across copy-up and remount and equals
 readdir's d_ino.
 """
+import errno
 import os
 import stat
 import subprocess
@@ -404,3 +405,48 @@ def test_xattrs_of_unsearchable_dir_without_dac_caps(fsenv, monkeypatch):
         assert os.getxattr(up, "user.k") == b"up"
     finally:
         os.chmod(os.path.join(lower, "d"), 0o700)
+
+
+def test_absent_security_xattrs_forgotten_on_change(fsenv):
+    """draftfs remembers that a file has no security.capability or security.selinux (the kernel asks for the
+    first on every chown, ls -l for the second on every entry); a setxattr or removexattr through the mount
+    makes it read the file again, so the view never shows an xattr missing that is there."""
+    if fsutil.IMPL != "draftfs":
+        pytest.skip("draftfs's own xattr path")
+    fsutil.require_impl()
+    lower = fsenv.dir("lower")
+    caps = (0x02000001).to_bytes(4, "little") + (1 << 10).to_bytes(4, "little") + bytes(12)
+    xattrs = (("security.capability", caps), ("security.selinux", b"system_u:object_r:tmp_t:s0\0"))
+    for name, _ in xattrs:
+        with open(os.path.join(lower, "low" + name[9:]), "wb") as f:
+            f.write(b"data")
+    m = fsenv.mount_impl([lower], name="absent")
+
+    def absent(v, name):
+        for _ in range(2):  # the second answer is the daemon's memory of the first
+            with pytest.raises(OSError) as e:
+                os.getxattr(v, name)
+            assert e.value.errno == errno.ENODATA, name
+
+    for name, value in xattrs:
+        # a lower file: the first setxattr copies it up (a metacopy: remembered no more)
+        v = os.path.join(m.path, "low" + name[9:])
+        absent(v, name)
+        os.setxattr(v, name, value)
+        assert os.getxattr(v, name) == value
+        # a file made through the mount, its data in upper: remembered until changed
+        v = os.path.join(m.path, "new" + name[9:])
+        with open(v, "wb") as f:
+            f.write(b"data")
+        absent(v, name)
+        os.setxattr(v, name, value)
+        assert os.getxattr(v, name) == value
+        os.removexattr(v, name)
+        absent(v, name)
+        os.setxattr(v, name, value)
+        assert os.getxattr(v, name) == value
+        os.chown(v, 0, 0)  # the kernel asks for caps on chown, and the upper filesystem drops them
+        if name == "security.capability":
+            absent(v, name)
+        else:
+            assert os.getxattr(v, name) == value
