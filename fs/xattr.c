@@ -72,8 +72,7 @@ static unsigned absent_bit(const char *name)
 
 void ovl_xattr_absent_created(struct ovl_node *n)
 {
-	if (absent_bit("security.capability"))
-		atomic_fetch_or(&n->xattr_absent, absent_bit("security.capability"));
+	atomic_fetch_or(&n->xattr_absent, absent_bit("security.capability"));
 }
 
 void ovl_xattr_absent_forget(struct ovl_node *n)

@@ -23,6 +23,8 @@ import fsutil
 from fsutil import fsenv  # noqa: F401
 
 USER = 10001
+# security.capability: VFS_CAP_REVISION_2 | effective, permitted = CAP_NET_BIND_SERVICE
+CAPS = (0x02000001).to_bytes(4, "little") + (1 << 10).to_bytes(4, "little") + bytes(12)
 
 
 def as_user(code, *args, uid=USER, gid=USER):
@@ -365,10 +367,8 @@ def test_write_drops_file_caps(fsenv):
     os.chmod(os.path.join(lower, "f"), 0o777)
     m = fsenv.mount_impl([lower], name="impl")
     p = os.path.join(m.path, "f")
-    # VFS_CAP_REVISION_2 | effective, permitted = CAP_NET_BIND_SERVICE
-    caps = (0x02000001).to_bytes(4, "little") + (1 << 10).to_bytes(4, "little") + bytes(12)
-    os.setxattr(p, "security.capability", caps)
-    assert os.getxattr(p, "security.capability") == caps
+    os.setxattr(p, "security.capability", CAPS)
+    assert os.getxattr(p, "security.capability") == CAPS
     as_user(KILL, "write", p, uid=USER + 1, gid=USER + 1)
     with pytest.raises(OSError):
         os.getxattr(p, "security.capability")
@@ -415,8 +415,7 @@ def test_absent_security_xattrs_forgotten_on_change(fsenv):
         pytest.skip("draftfs's own xattr path")
     fsutil.require_impl()
     lower = fsenv.dir("lower")
-    caps = (0x02000001).to_bytes(4, "little") + (1 << 10).to_bytes(4, "little") + bytes(12)
-    xattrs = (("security.capability", caps), ("security.selinux", b"system_u:object_r:tmp_t:s0\0"))
+    xattrs = (("security.capability", CAPS), ("security.selinux", b"system_u:object_r:tmp_t:s0\0"))
     for name, _ in xattrs:
         with open(os.path.join(lower, "low" + name[9:]), "wb") as f:
             f.write(b"data")
