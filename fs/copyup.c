@@ -627,6 +627,9 @@ static void reap_one(struct ovl_fs *fs, const char *name)
 	(void)unlinkat(fs->workwork_fd, name, AT_REMOVEDIR);
 }
 
+/* DRAFTFS_REAP_DELAY_MS: each background removal starts this late (tests: a removal that lags). */
+static unsigned reap_delay_ms;
+
 /*
  * The helper thread: first removes what was queued for removal in work/
  * (the replaced upper dir of an rmdir or a rename, with the whiteouts in
@@ -647,6 +650,8 @@ static void *whiteout_pool_thread(void *userdata)
 			fs->reap_head = (fs->reap_head + 1) % OVL_REAP_MAX;
 			fs->reap_n--;
 			pthread_mutex_unlock(&fs->wh_lock);
+			if (reap_delay_ms > 0)
+				(void)usleep(reap_delay_ms * 1000);
 			reap_one(fs, name);
 			pthread_mutex_lock(&fs->wh_lock);
 			continue;
@@ -674,8 +679,11 @@ static void *whiteout_pool_thread(void *userdata)
 
 int ovl_whiteout_pool_start(struct ovl_fs *fs)
 {
+	const char *delay = getenv("DRAFTFS_REAP_DELAY_MS");
 	int r;
 
+	if (delay)
+		reap_delay_ms = (unsigned)strtoul(delay, NULL, 10);
 	pthread_mutex_init(&fs->wh_lock, NULL);
 	pthread_cond_init(&fs->wh_cond, NULL);
 	r = -pthread_create(&fs->wh_thread, NULL, whiteout_pool_thread, fs);
@@ -713,6 +721,47 @@ void ovl_work_reap(const char *tmp)
 		pthread_mutex_unlock(&fs->wh_lock);
 	}
 	(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp);
+}
+
+/* Unlinks the non-directories below directory @fd that have other links too; recurses into directories. */
+static void unlink_linked_below(int fd)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return;
+	}
+	while ((de = readdir(d))) {
+		struct stat st;
+		int sub;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (de->d_type != DT_DIR) {
+			if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+				continue;
+			if (!S_ISDIR(st.st_mode)) {
+				if (st.st_nlink > 1)
+					(void)unlinkat(dirfd(d), de->d_name, 0);
+				continue;
+			}
+		}
+		sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub >= 0)
+			unlink_linked_below(sub);
+	}
+}
+
+void ovl_work_reap_replaced(const char *tmp)
+{
+	int fd = openat(ovl_fs->workwork_fd, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd >= 0)
+		unlink_linked_below(fd);
+	ovl_work_reap(tmp);
 }
 
 /* Takes a pre-made whiteout: its name in work/ goes to @tmp. Returns true on success. */

@@ -61,10 +61,14 @@ static void mark_stale_cb(struct ovl_node *d, void *ud)
 	/*
 	 * Upper non-directories were hard-linked into the copy: their fds
 	 * still name the same inodes (and a hard link elsewhere may be all the
-	 * kernel knows them by). Everything else is re-resolved.
+	 * kernel knows them by). Only their attributes go: a GETATTR while the
+	 * old link was there counted it in st_nlink. Everything else is
+	 * re-resolved.
 	 */
-	if (d->type != S_IFDIR && d->upper_fd >= 0)
+	if (d->type != S_IFDIR && d->upper_fd >= 0) {
+		mark_stale_attrs(d);
 		return;
+	}
 	atomic_store(&d->stale, true);
 	ovl_xattr_absent_forget(d);
 	mark_stale_attrs(d);
@@ -102,7 +106,7 @@ static int place_tmp(const char *tmp, int pfd, const char *name, bool replace)
 		return renameat2(fs->workwork_fd, tmp, pfd, name, RENAME_NOREPLACE) < 0 ? -errno : 0;
 	if (renameat2(fs->workwork_fd, tmp, pfd, name, RENAME_EXCHANGE) < 0)
 		return -errno;
-	ovl_work_reap(tmp); /* what was there before, removed in the background */
+	ovl_work_reap_replaced(tmp); /* what was there before: its links to the copy now, the rest in the background */
 	return 0;
 }
 

@@ -598,6 +598,13 @@ int ovl_lsetxattr_at(int dir_fd, const char *name, const char *xname, const void
  * daemon are cleaned at the next mount.
  */
 void ovl_work_reap(const char *tmp);
+/*
+ * ovl_work_reap() of an upper directory a subtree copy replaced: its
+ * non-directories with other links (the upper files the copy linked) are
+ * unlinked now, as until then each would show one link too many in the
+ * view; the rest goes in the background.
+ */
+void ovl_work_reap_replaced(const char *tmp);
 
 /* Starts/stops the thread that keeps a pool of ready whiteouts in the work dir (and empties the ovl_work_reap() queue). */
 int ovl_whiteout_pool_start(struct ovl_fs *fs);
