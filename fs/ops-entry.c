@@ -634,28 +634,84 @@ int ovl_whiteout_tmp_for(const struct ovl_res *res, char tmp[static 64])
 }
 
 /*
+ * Gives @n, if it is a stale node of the object @res (its fds dropped by an
+ * eviction, or by a subtree copy that moved it), @res's fds: once the name
+ * is gone it could not be resolved again, and an fd still open on it
+ * (O_PATH ones included) would get ESTALE where a local filesystem goes on
+ * serving the unlinked file. For an evicted metacopy it is the only way
+ * back: the file handle kept at eviction finds the upper inode, which is
+ * gone once unlinked, because an open file of a metacopy holds the lower
+ * data, not it.
+ */
+static void freshen_stale(struct ovl_node *n, struct ovl_res *res)
+{
+	bool same;
+
+	if (!atomic_load(&n->stale))
+		return;
+	pthread_mutex_lock(&ovl_fs->copyup_lock);
+	pthread_mutex_lock(&ovl_fs->table_lock);
+	/* A subtree copy gave the object another top inode, with the view's st_ino of the first. */
+	same = (n->key_dev == res->key_dev && n->key_ino == res->key_ino) || n->ino == res->ino;
+	pthread_mutex_unlock(&ovl_fs->table_lock);
+	if (same && atomic_load(&n->stale))
+		ovl_node_apply(n, res);
+	pthread_mutex_unlock(&ovl_fs->copyup_lock);
+}
+
+/* Duplicates the fds of @src into @dst (the rest copied as is). Returns 0 or -errno (@dst then holds none). */
+static int res_dup(const struct ovl_res *src, struct ovl_res *dst)
+{
+	*dst = *src;
+	dst->upper_fd = dst->lower_fd = -1;
+	dst->n_extra = 0;
+	if (src->upper_fd >= 0 && (dst->upper_fd = fcntl(src->upper_fd, F_DUPFD_CLOEXEC, 3)) < 0)
+		goto fail;
+	if (src->lower_fd >= 0 && (dst->lower_fd = fcntl(src->lower_fd, F_DUPFD_CLOEXEC, 3)) < 0)
+		goto fail;
+	for (uint16_t i = 0; i < src->n_extra; i++) {
+		dst->extra[i].fd = fcntl(src->extra[i].fd, F_DUPFD_CLOEXEC, 3);
+		if (dst->extra[i].fd < 0)
+			goto fail;
+		dst->n_extra++;
+	}
+	return 0;
+fail:;
+	int r = -errno;
+
+	ovl_res_done(dst);
+	return r;
+}
+
+/*
+ * freshen_stale() for the node at @p/@name, if any, with copies of @res's
+ * fds (the remove still needs them): before the name goes, so no request
+ * finds the node stale without it.
+ */
+static void freshen_child(struct ovl_node *p, const char *name, const struct ovl_res *res)
+{
+	struct ovl_node *n = ovl_node_find_child_pinned(p, name);
+	struct ovl_res c;
+
+	if (n && atomic_load(&n->stale) && res_dup(res, &c) >= 0) {
+		freshen_stale(n, &c);
+		ovl_res_done(&c);
+	}
+	ovl_node_unpin(n);
+}
+
+/*
  * Forgets the name index entry of whatever node sits at @p/@name after it
- * was removed; @res is what the name was. An evicted metacopy node takes
- * @res's fds first: without its name, the file handle kept at eviction is
- * its only way back to its upper inode, and that inode is gone once
- * unlinked, because an open file of a metacopy holds the lower data, not it.
+ * was removed; @res is what the name was (a node evicted since
+ * freshen_child() takes its fds again).
  */
 static void drop_removed(struct ovl_node *p, const char *name, bool keep_identity, struct ovl_res *res)
 {
 	struct ovl_node *n = ovl_node_find_child_pinned(p, name);
-	bool same;
 
 	if (!n)
 		return;
-	if (res->metacopy && atomic_load(&n->stale)) {
-		pthread_mutex_lock(&ovl_fs->copyup_lock);
-		pthread_mutex_lock(&ovl_fs->table_lock);
-		same = n->key_dev == res->key_dev && n->key_ino == res->key_ino;
-		pthread_mutex_unlock(&ovl_fs->table_lock);
-		if (same && atomic_load(&n->stale))
-			ovl_node_apply(n, res);
-		pthread_mutex_unlock(&ovl_fs->copyup_lock);
-	}
+	freshen_stale(n, res);
 	ovl_node_unhash_name(n, !keep_identity); /* other hard links keep the identity */
 	ovl_node_unpin(n);
 }
@@ -766,6 +822,7 @@ static int do_remove(struct ovl_node *p, const char *name, bool dir, struct iden
 	r = ovl_copy_up(p);
 	if (r < 0)
 		goto out;
+	freshen_child(p, name, &res);
 	/* The parent's upper fd is used under its lock (shared) instead of a dup. */
 	r = ovl_node_rdlock_fresh(p);
 	if (r < 0)

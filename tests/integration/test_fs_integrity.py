@@ -369,3 +369,41 @@ def test_write_only_fd_and_cached_readers(fsenv, start):
     if fsutil.IMPL != "kernel":
         with open(os.path.join(m.upper, "f"), "rb") as f:
             assert f.read() == bytes(model), "the upper file differs from what the mount showed"
+
+
+def test_fd_on_moved_then_removed_object(fsenv):
+    """An fd (O_PATH included) on a lower file or dir keeps working after its directory is renamed (draftfs
+    copies the subtree, so the object gets another upper inode) and the object is then removed through its
+    new name: fstat, listxattr and getxattr answer as on a local filesystem (st_nlink 0), not ESTALE. Found
+    by test_fs_stress: getxattr through /proc/self/fd of a file another process had moved and unlinked."""
+    fsutil.require_impl()
+    if fsutil.IMPL == "kernel":
+        pytest.skip("kernel overlayfs with its defaults refuses to rename a lower dir (EXDEV)")
+    lower = fsenv.dir("lower")
+    os.makedirs(os.path.join(lower, "d", "sub"))
+    files = {"empty": b"", "full": b"hello\n"}
+    for name, data in files.items():
+        p = os.path.join(lower, "d", name)
+        with open(p, "wb") as f:
+            f.write(data)
+        os.setxattr(p, "user.k", name.encode())
+    m = fsenv.mount_impl([lower], name="impl").path
+    fds = {name: os.open(os.path.join(m, "d", name), os.O_PATH) for name in list(files) + ["sub"]}
+    reader = os.open(os.path.join(m, "d", "full"), os.O_RDONLY)
+    try:
+        os.rename(os.path.join(m, "d"), os.path.join(m, "e"))
+        for name in files:
+            os.unlink(os.path.join(m, "e", name))
+        os.rmdir(os.path.join(m, "e", "sub"))
+        for name, data in files.items():
+            p = f"/proc/self/fd/{fds[name]}"
+            st = os.stat(p)
+            assert (st.st_nlink, st.st_size) == (0, len(data)), f"{name}: nlink {st.st_nlink}, size {st.st_size}"
+            assert os.listxattr(p) == ["user.k"], name
+            assert os.getxattr(p, "user.k") == name.encode(), name
+        st = os.stat(f"/proc/self/fd/{fds['sub']}")
+        assert stat.S_ISDIR(st.st_mode)
+        assert os.pread(reader, 100, 0) == files["full"]
+    finally:
+        for fd in list(fds.values()) + [reader]:
+            os.close(fd)
