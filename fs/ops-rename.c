@@ -23,6 +23,22 @@
 #include "ops.h"
 #include "ovl.h"
 
+/*
+ * Set while this thread's rename holds the quiesce lock exclusive, as one
+ * that copies a directory's subtree must: the kernel locks only the two
+ * parents of a rename, not the moved directory's subdirectories, so a
+ * create, mkdir, unlink or rename in one of them could land in the old
+ * upper tree after the copy listed it, and go away with that tree.
+ */
+static __thread bool tl_tree_excl;
+
+/* Like node_is_merged_dir(), for a resolution result. */
+static bool res_is_merged_dir(const struct ovl_res *res)
+{
+	return S_ISDIR(res->st.st_mode) && !(res->upper_fd >= 0 && res->opaque) &&
+	       (res->lower_fd >= 0 || res->n_extra > 0);
+}
+
 static bool node_is_merged_dir(struct ovl_node *n)
 {
 	bool r;
@@ -358,6 +374,10 @@ static int do_rename(struct ovl_node *p, const char *name, struct ovl_node *np, 
 		    src.st.st_ino == dst.st.st_ino)
 			goto out; /* two links of one file: nothing to do */
 	}
+	if (!tl_tree_excl && (res_is_merged_dir(&src) || ((flags & RENAME_EXCHANGE) && res_is_merged_dir(&dst)))) {
+		r = -EAGAIN; /* a subtree copy: ovl_op_rename() does it again holding the quiesce lock alone */
+		goto out;
+	}
 
 	r = ovl_copy_up(p);
 	if (r >= 0)
@@ -375,6 +395,10 @@ static int do_rename(struct ovl_node *p, const char *name, struct ovl_node *np, 
 		goto out;
 	}
 
+	if (!tl_tree_excl && (node_is_merged_dir(sn) || ((flags & RENAME_EXCHANGE) && node_is_merged_dir(dn)))) {
+		r = -EAGAIN; /* the nodes say so though the results did not */
+		goto out;
+	}
 	if (flags & RENAME_EXCHANGE) {
 		if (node_is_merged_dir(sn))
 			r = materialize_dir(sn, &src, pfd, name);
@@ -513,6 +537,18 @@ void ovl_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
 	tl_stale = NULL;
 	pthread_mutex_unlock(&ovl_fs->copyup_lock);
 	ovl_mutate_end();
+	if (r == -EAGAIN) {
+		/* A subtree copy, with every other namespace or data change held off (tl_tree_excl). */
+		pthread_rwlock_wrlock(&ovl_fs->quiesce);
+		pthread_mutex_lock(&ovl_fs->copyup_lock);
+		tl_stale = &stale;
+		tl_tree_excl = true;
+		r = do_rename(ovl_node_from_ino(parent), name, ovl_node_from_ino(newparent), newname, flags);
+		tl_tree_excl = false;
+		tl_stale = NULL;
+		pthread_mutex_unlock(&ovl_fs->copyup_lock);
+		pthread_rwlock_unlock(&ovl_fs->quiesce);
+	}
 	/*
 	 * Copied objects (split lower hard links...) have new attributes. An
 	 * attribute-only invalidation takes no lock a request may hold, so it

@@ -23,6 +23,8 @@ import json
 import multiprocessing
 import os
 import random
+import threading
+import time
 
 import pytest
 
@@ -115,6 +117,70 @@ def test_concurrent_random_ops(fsenv, seed):
                                   f"kernel-over-{fsutil.IMPL}-upper")
     assert not diffs, (f"seed {seed}: after {PROCS} processes of {OPS} operations, the kernel reads the "
                        f"upper differently from what {fsutil.IMPL} showed:\n" + "\n".join(diffs[:40]))
+
+
+def test_creates_during_a_subtree_copy_are_kept(fsenv):
+    """A thread creates files and directories in the subdirectories of a lower directory while another
+    renames that directory: draftfs copies its subtree (the kernel locks only the rename's two parents,
+    not the subdirectories), and every entry made meanwhile must be in the moved tree, in the view and
+    in the upper the kernel reads. Before the rename held off other changes during the copy, entries made
+    in the old tree after the copy had listed their directory went away with the old tree (thousands of
+    a few thousand, by hand)."""
+    fsutil.require_impl()
+    if fsutil.IMPL == "kernel":
+        pytest.skip("kernel overlayfs with its defaults refuses to rename a lower dir (EXDEV)")
+    lower = fsenv.dir("lower")
+    subs = [f"s{i:02d}" for i in range(20)]
+    for sub in subs:
+        os.makedirs(os.path.join(lower, "big", sub))
+        for j in range(100):
+            with open(os.path.join(lower, "big", sub, f"f{j}"), "wb") as f:
+                f.write(b"x" * 100)
+    impl = fsenv.mount_impl([lower], name="impl")
+    m = impl.path
+    for sub in subs:  # copied up now: the creates below need no copy-up, which would wait for the rename
+        os.close(os.open(os.path.join(m, "big", sub, "first"), os.O_WRONLY | os.O_CREAT, 0o644))
+    made, stop, errors = [], threading.Event(), []
+
+    def creator():
+        fds = [(sub, os.open(os.path.join(m, "big", sub), os.O_PATH | os.O_DIRECTORY)) for sub in subs]
+        try:
+            i = 0
+            while not stop.is_set():
+                sub, d = fds[i % len(fds)]
+                name = f"new{i}"
+                if i % 3 == 0:
+                    os.mkdir(name, 0o755, dir_fd=d)
+                else:
+                    os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=d))
+                made.append(f"{sub}/{name}")
+                i += 1
+        except OSError as e:
+            errors.append(e)
+        finally:
+            for _, d in fds:
+                os.close(d)
+
+    t = threading.Thread(target=creator)
+    t.start()
+    time.sleep(0.2)
+    os.rename(os.path.join(m, "big"), os.path.join(m, "moved"))
+    time.sleep(0.05)
+    stop.set()
+    t.join(60)
+    assert not t.is_alive(), "the creator hangs"
+    assert not errors, errors
+    assert made, "nothing was created"
+
+    def listed(root):
+        return {f"{sub}/{n}" for sub in subs for n in os.listdir(os.path.join(root, "moved", sub)) if n.startswith("new")}
+
+    lost = [n for n in made if n not in listed(m)]
+    assert not lost, f"{len(lost)} of {len(made)} entries made during the rename are gone, e.g. {lost[:5]}"
+    impl.stop()
+    verify = fsenv.mount("kernel", [lower], upper=impl.upper, name="verify", opts=fsutil.KERNEL_VERIFY_OPTS)
+    lost = [n for n in made if n not in listed(verify.path)]
+    assert not lost, f"the kernel reading the upper misses {len(lost)} of {len(made)}, e.g. {lost[:5]}"
 
 
 def test_expected_errnos_are_errnos():
