@@ -662,6 +662,8 @@ static void freshen_stale(struct ovl_node *n, struct ovl_res *res)
 /* Duplicates the fds of @src into @dst (the rest copied as is). Returns 0 or -errno (@dst then holds none). */
 static int res_dup(const struct ovl_res *src, struct ovl_res *dst)
 {
+	int r;
+
 	*dst = *src;
 	dst->upper_fd = dst->lower_fd = -1;
 	dst->n_extra = 0;
@@ -676,39 +678,33 @@ static int res_dup(const struct ovl_res *src, struct ovl_res *dst)
 		dst->n_extra++;
 	}
 	return 0;
-fail:;
-	int r = -errno;
-
+fail:
+	r = -errno;
 	ovl_res_done(dst);
 	return r;
 }
 
 /*
- * freshen_stale() for the node at @p/@name, if any, with copies of @res's
- * fds (the remove still needs them): before the name goes, so no request
- * finds the node stale without it.
+ * freshen_stale() with copies of @res's fds (the remove still needs them):
+ * before the name goes, so no request finds @n stale without it.
  */
-static void freshen_child(struct ovl_node *p, const char *name, const struct ovl_res *res)
+static void freshen_stale_copy(struct ovl_node *n, const struct ovl_res *res)
 {
-	struct ovl_node *n = ovl_node_find_child_pinned(p, name);
 	struct ovl_res c;
 
-	if (n && atomic_load(&n->stale) && res_dup(res, &c) >= 0) {
+	if (atomic_load(&n->stale) && res_dup(res, &c) >= 0) {
 		freshen_stale(n, &c);
 		ovl_res_done(&c);
 	}
-	ovl_node_unpin(n);
 }
 
 /*
- * Forgets the name index entry of whatever node sits at @p/@name after it
- * was removed; @res is what the name was (a node evicted since
- * freshen_child() takes its fds again).
+ * Forgets the name index entry of @n (pinned: the node at the name just
+ * removed; NULL: none) and unpins it; @res is what the name was (a node
+ * evicted since freshen_stale_copy() takes its fds again).
  */
-static void drop_removed(struct ovl_node *p, const char *name, bool keep_identity, struct ovl_res *res)
+static void drop_removed(struct ovl_node *n, bool keep_identity, struct ovl_res *res)
 {
-	struct ovl_node *n = ovl_node_find_child_pinned(p, name);
-
 	if (!n)
 		return;
 	freshen_stale(n, res);
@@ -787,6 +783,7 @@ struct identity {
 static int do_remove(struct ovl_node *p, const char *name, bool dir, struct identity *ret_kept)
 {
 	struct ovl_fs *fs = ovl_fs;
+	struct ovl_node *victim = NULL;
 	struct ovl_res res;
 	bool keep_identity = false;
 	int r;
@@ -822,20 +819,25 @@ static int do_remove(struct ovl_node *p, const char *name, bool dir, struct iden
 	r = ovl_copy_up(p);
 	if (r < 0)
 		goto out;
-	freshen_child(p, name, &res);
+	victim = ovl_node_find_child_pinned(p, name);
+	if (victim)
+		freshen_stale_copy(victim, &res);
 	/* The parent's upper fd is used under its lock (shared) instead of a dup. */
 	r = ovl_node_rdlock_fresh(p);
 	if (r < 0)
 		goto out;
 	r = p->upper_fd >= 0 ? remove_upper(p->upper_fd, name, &res, dir, &keep_identity) : -ENOENT;
 	pthread_rwlock_unlock(&p->lock);
-	if (r >= 0)
-		drop_removed(p, name, keep_identity, &res);
+	if (r >= 0) {
+		drop_removed(victim, keep_identity, &res);
+		victim = NULL;
+	}
 	if (r >= 0 && keep_identity && ret_kept) {
 		ret_kept->dev = res.key_dev;
 		ret_kept->ino = res.key_ino;
 	}
 out:
+	ovl_node_unpin(victim);
 	ovl_res_done(&res);
 	return r;
 }

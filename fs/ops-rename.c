@@ -32,13 +32,6 @@
  */
 static __thread bool tl_tree_excl;
 
-/* Like node_is_merged_dir(), for a resolution result. */
-static bool res_is_merged_dir(const struct ovl_res *res)
-{
-	return S_ISDIR(res->st.st_mode) && !(res->upper_fd >= 0 && res->opaque) &&
-	       (res->lower_fd >= 0 || res->n_extra > 0);
-}
-
 static bool node_is_merged_dir(struct ovl_node *n)
 {
 	bool r;
@@ -81,13 +74,11 @@ static void mark_stale_cb(struct ovl_node *d, void *ud)
 	 * old link was there counted it in st_nlink. Everything else is
 	 * re-resolved.
 	 */
-	if (d->type != S_IFDIR && d->upper_fd >= 0) {
-		mark_stale_attrs(d);
+	mark_stale_attrs(d);
+	if (d->type != S_IFDIR && d->upper_fd >= 0)
 		return;
-	}
 	atomic_store(&d->stale, true);
 	ovl_xattr_absent_forget(d);
-	mark_stale_attrs(d);
 }
 
 /* Points @n at the upper directory now at @pfd/@name (opaque, no lower) and marks its subtree stale. */
@@ -374,10 +365,6 @@ static int do_rename(struct ovl_node *p, const char *name, struct ovl_node *np, 
 		    src.st.st_ino == dst.st.st_ino)
 			goto out; /* two links of one file: nothing to do */
 	}
-	if (!tl_tree_excl && (res_is_merged_dir(&src) || ((flags & RENAME_EXCHANGE) && res_is_merged_dir(&dst)))) {
-		r = -EAGAIN; /* a subtree copy: ovl_op_rename() does it again holding the quiesce lock alone */
-		goto out;
-	}
 
 	r = ovl_copy_up(p);
 	if (r >= 0)
@@ -396,7 +383,7 @@ static int do_rename(struct ovl_node *p, const char *name, struct ovl_node *np, 
 	}
 
 	if (!tl_tree_excl && (node_is_merged_dir(sn) || ((flags & RENAME_EXCHANGE) && node_is_merged_dir(dn)))) {
-		r = -EAGAIN; /* the nodes say so though the results did not */
+		r = -EAGAIN; /* a subtree copy: ovl_op_rename() does it again holding the quiesce lock alone */
 		goto out;
 	}
 	if (flags & RENAME_EXCHANGE) {
@@ -524,31 +511,42 @@ out:
 	return r;
 }
 
+/*
+ * One do_rename() under its locks: the quiesce lock shared, as any mutating
+ * request, or with @excl alone (a subtree copy, tl_tree_excl).
+ */
+static int rename_locked(fuse_ino_t parent, const char *name, fuse_ino_t newparent, const char *newname,
+			 unsigned int flags, struct stale_list *stale, bool excl)
+{
+	int r;
+
+	if (excl)
+		pthread_rwlock_wrlock(&ovl_fs->quiesce);
+	else
+		ovl_mutate_begin();
+	pthread_mutex_lock(&ovl_fs->copyup_lock);
+	tl_stale = stale;
+	tl_tree_excl = excl;
+	r = do_rename(ovl_node_from_ino(parent), name, ovl_node_from_ino(newparent), newname, flags);
+	tl_tree_excl = false;
+	tl_stale = NULL;
+	pthread_mutex_unlock(&ovl_fs->copyup_lock);
+	if (excl)
+		pthread_rwlock_unlock(&ovl_fs->quiesce);
+	else
+		ovl_mutate_end();
+	return r;
+}
+
 void ovl_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent, const char *newname,
 		   unsigned int flags)
 {
 	struct stale_list stale = { 0 };
 	int r;
 
-	ovl_mutate_begin();
-	pthread_mutex_lock(&ovl_fs->copyup_lock);
-	tl_stale = &stale;
-	r = do_rename(ovl_node_from_ino(parent), name, ovl_node_from_ino(newparent), newname, flags);
-	tl_stale = NULL;
-	pthread_mutex_unlock(&ovl_fs->copyup_lock);
-	ovl_mutate_end();
-	if (r == -EAGAIN) {
-		/* A subtree copy, with every other namespace or data change held off (tl_tree_excl). */
-		pthread_rwlock_wrlock(&ovl_fs->quiesce);
-		pthread_mutex_lock(&ovl_fs->copyup_lock);
-		tl_stale = &stale;
-		tl_tree_excl = true;
-		r = do_rename(ovl_node_from_ino(parent), name, ovl_node_from_ino(newparent), newname, flags);
-		tl_tree_excl = false;
-		tl_stale = NULL;
-		pthread_mutex_unlock(&ovl_fs->copyup_lock);
-		pthread_rwlock_unlock(&ovl_fs->quiesce);
-	}
+	r = rename_locked(parent, name, newparent, newname, flags, &stale, false);
+	if (r == -EAGAIN) /* a subtree copy, with every other namespace or data change held off */
+		r = rename_locked(parent, name, newparent, newname, flags, &stale, true);
 	/*
 	 * Copied objects (split lower hard links...) have new attributes. An
 	 * attribute-only invalidation takes no lock a request may hold, so it
