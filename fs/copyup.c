@@ -411,6 +411,57 @@ static bool metacopy_path(struct ovl_node *n, const struct stat *lst, char **ret
 }
 
 /*
+ * The copy-up of a removed object still in use: a chmod, an xattr change or
+ * a write through an fd kept open after the unlink, which a local
+ * filesystem allows (kernel overlayfs answers EEXIST, from the whiteout).
+ * Upper has no name for it any more, so the copy is made in work/ and
+ * unlinked at once: it lives while the node holds it, as an unlinked file
+ * does, and a crash leaves at most the work/ entry, which a mount clears.
+ * Its data is copied whole (a metacopy would need a name to find its
+ * data by) and not charged to the quota, as an unlinked upper file is no
+ * longer charged. copyup_lock held.
+ */
+static int copy_up_orphan(struct ovl_node *n)
+{
+	struct ovl_fs *fs = ovl_fs;
+	_cleanup_close_ int lfd = -1, ufd = -1;
+	struct stat st;
+	char tmp[64];
+	int r;
+
+	pthread_rwlock_rdlock(&n->lock);
+	lfd = n->lower_fd >= 0 ? fcntl(n->lower_fd, F_DUPFD_CLOEXEC, 3) : -1;
+	pthread_rwlock_unlock(&n->lock);
+	if (lfd < 0)
+		return -ESTALE;
+	if (fstatat(lfd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	ovl_tmp_name(tmp);
+	r = create_copy(fs->workwork_fd, tmp, &(struct copy_spec){ .src = lfd, .data = -1, .st = &st, .size = -1 });
+	if (r >= 0 && S_ISDIR(st.st_mode))
+		r = set_times_at(fs->workwork_fd, tmp, &st);
+	if (r >= 0) {
+		ufd = openat(fs->workwork_fd, tmp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		r = ufd < 0 ? -errno : 0;
+	}
+	if (r >= 0 && unlinkat(fs->workwork_fd, tmp, S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) < 0)
+		r = -errno;
+	if (r < 0) {
+		(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp);
+		return r;
+	}
+	/* Not re-keyed: the identity index must never lead to a node without a name. */
+	pthread_rwlock_wrlock(&n->lock);
+	n->upper_fd = TAKE_FD(ufd);
+	ovl_fds_account(1);
+	n->opaque = S_ISDIR(st.st_mode); /* nothing below shows through a removed directory */
+	n->metacopy = false;
+	ovl_xattr_absent_forget(n);
+	pthread_rwlock_unlock(&n->lock);
+	return 0;
+}
+
+/*
  * @meta: a regular file may become a metacopy (its data stays below); else
  * its data is copied, up to @size: then 1 is returned with the fill claimed
  * in @f, for the caller to run once it has dropped copyup_lock.
@@ -441,6 +492,8 @@ static int copy_up_locked(struct ovl_node *n, off_t size, bool meta, struct ovl_
 	if (r == 2)
 		return 0;
 	r = ovl_node_parent_name(n, &parent, &name);
+	if (r == -ESTALE && ovl_node_is_removed(n))
+		return copy_up_orphan(n);
 	if (r < 0)
 		return r;
 	r = copy_up_locked(parent, -1, true, f); /* a directory: never a fill */

@@ -767,6 +767,16 @@ int ovl_node_parent_name(struct ovl_node *n, struct ovl_node **ret_parent, char 
 	return 0;
 }
 
+bool ovl_node_is_removed(struct ovl_node *n)
+{
+	bool r;
+
+	pthread_mutex_lock(&ovl_fs->table_lock);
+	r = n->removed;
+	pthread_mutex_unlock(&ovl_fs->table_lock);
+	return r;
+}
+
 /*
  * Keeps a file handle of an evicted upper non-directory: if its name is
  * unlinked while a process still has it open, the name can no longer find

@@ -347,8 +347,11 @@ int ovl_node_child_names(struct ovl_node *n, char ***ret, size_t *ret_n);
 /* Builds the relative path of @n ("" for the root). Returns 0 and a new string in *ret, or -errno. */
 int ovl_node_path(struct ovl_node *n, char **ret);
 
-/* Copies the parent and name of @n under table_lock. Returns 0, -ENOENT (no name) or -ENOMEM. */
+/* Copies the parent and name of @n under table_lock. Returns 0, -ESTALE (no name: the root, removed) or -ENOMEM. */
 int ovl_node_parent_name(struct ovl_node *n, struct ovl_node **ret_parent, char **ret_name);
+
+/* True if @n's name was removed (unlink, rmdir, a rename over it): it is still served to the fds open on it. */
+bool ovl_node_is_removed(struct ovl_node *n);
 
 /* ------------------------------------------------------------------ layers */
 

@@ -122,6 +122,55 @@ def test_open_files_survive_eviction_and_unlink(limited):
             os.close(fd)
 
 
+def test_changes_through_fds_of_removed_objects(limited):
+    """A chmod, an xattr change, a utime or a truncate through an fd kept open on a file after its unlink works
+    as on a local filesystem, for a lower file too: its copy-up has no name left to go to in upper, so it is
+    made in work/ and unlinked there at once. Also across evictions, and for a removed directory. The view
+    and the upper keep only the whiteouts; nothing of the copies is left once the fds are closed."""
+    m, _ = limited
+    mnt = m.path
+    paths = {"opath": os.path.join(mnt, "d09", "f04"), "rdonly": os.path.join(mnt, "d09", "f05"),
+             "dir": os.path.join(mnt, "d10", "sub")}
+    for g in os.listdir(paths["dir"]):
+        os.unlink(os.path.join(paths["dir"], g))
+    fds = {"opath": os.open(paths["opath"], os.O_PATH), "rdonly": os.open(paths["rdonly"], os.O_RDONLY),
+           "dir": os.open(paths["dir"], os.O_PATH | os.O_DIRECTORY)}
+    try:
+        os.unlink(paths["opath"])
+        os.unlink(paths["rdonly"])
+        os.rmdir(paths["dir"])
+        tree_snapshot(mnt)  # evicts what it can
+        p = "/proc/self/fd/%d" % fds["opath"]
+        os.chmod(p, 0o600)
+        os.setxattr(p, "user.k", b"v")
+        os.utime(p, ns=(10**9, 2 * 10**9))
+        assert os.stat(fds["opath"]).st_mtime_ns == 2 * 10**9
+        os.truncate(p, 3)
+        st = os.stat(fds["opath"])
+        assert (stat.S_IMODE(st.st_mode), st.st_size, st.st_nlink) == (0o600, 3, 0)
+        assert os.getxattr(p, "user.k") == b"v"
+        os.fchmod(fds["rdonly"], 0o604)
+        st = os.fstat(fds["rdonly"])
+        assert (stat.S_IMODE(st.st_mode), st.st_nlink) == (0o604, 0)
+        assert os.pread(fds["rdonly"], 100, 0) == b"9/5\n" * 6
+        os.chmod("/proc/self/fd/%d" % fds["dir"], 0o701)
+        assert stat.S_IMODE(os.stat(fds["dir"]).st_mode) == 0o701
+        tree_snapshot(mnt)
+        st = os.stat(fds["opath"])
+        assert (stat.S_IMODE(st.st_mode), st.st_size) == (0o600, 3), "the change did not survive a walk"
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    for path in paths.values():
+        assert not os.path.lexists(path)
+        ust = os.lstat(os.path.join(m.upper, os.path.relpath(path, mnt)))
+        assert stat.S_ISCHR(ust.st_mode) and ust.st_rdev == 0, path + ": not a whiteout in upper"
+    assert fd_count(m.pid) < NOFILE
+    m.stop()
+    left = [e.name for e in os.scandir(os.path.join(m.work, "work")) if not stat.S_ISCHR(e.stat(follow_symlinks=False).st_mode)]
+    assert left == [], "copies left in work/: %s" % left
+
+
 def test_metacopies_under_eviction(limited):
     """A chmod of every file makes ~1500 metacopies, each a node with two fds (upper metadata, lower data):
     they must be evicted and re-opened like any node, also one unlinked while open (its upper by file handle,
