@@ -187,16 +187,29 @@ def _count(root):
     return n
 
 
+def _paths(top):
+    """The manifest's paths of the tree in @top, absolute."""
+    return {
+        "top": top,
+        "lower": os.path.join(top, "lower"),
+        "wide": os.path.join(top, "wide"),
+        "untar": os.path.join(top, "untar.tar"),
+        "mm_list": os.path.join(top, "mm-list.txt"),
+    }
+
+
 def ensure(cache_dir, scale, log):
     """Builds the tree for @scale under @cache_dir unless a complete one exists.
 
-    Returns the manifest dict (paths are absolute)."""
+    Returns the manifest dict (paths are absolute, wherever the cache was built from)."""
     key = "tree-v%d-s%g" % (TREE_VERSION, scale)
-    top = os.path.join(cache_dir, key)
+    top = os.path.join(os.path.abspath(cache_dir), key)
     mpath = os.path.join(top, "manifest.json")
     if os.path.exists(mpath):
         with open(mpath) as f:
-            return json.load(f)
+            man = json.load(f)
+        man.update(_paths(top))  # a cache built with a relative --cache-dir stored relative ones
+        return man
     if os.path.exists(top):
         shutil.rmtree(top)
     sz = sizes(scale)
@@ -282,11 +295,7 @@ def ensure(cache_dir, scale, log):
         "key": key,
         "scale": scale,
         "sizes": sz,
-        "top": top,
-        "lower": os.path.join(top, "lower"),
-        "wide": os.path.join(top, "wide"),
-        "untar": os.path.join(top, "untar.tar"),
-        "mm_list": os.path.join(top, "mm-list.txt"),
+        **_paths(top),
         "entries": _count(lower),
         "wide_entries": _count(wide),
         "synthetic_files": synthetic,
