@@ -119,10 +119,19 @@ def is_mounted(path):
 
 
 def wait_mounted(path, proc=None, timeout=20.0):
-    """Waits until @path is a mount point; fails if @proc exits first."""
+    """Waits until @path is a mount point whose FUSE daemon has answered INIT; fails if @proc exits first.
+
+    The mount shows in /proc before the daemon has read the kernel's INIT, and what the daemon sets up
+    while answering it (its io_uring queue threads) is not there yet: a getxattr through the mount, which
+    the kernel never answers from a cache, is held until INIT is answered.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if is_mounted(path):
+            try:
+                os.getxattr(path, "user.draftbox-test.init")
+            except OSError:
+                pass  # absent (the answer looked for), or a daemon that died: the caller's checks say
             return
         if proc is not None and proc.poll() is not None:
             out = proc.stderr.read().decode(errors="replace") if proc.stderr else ""

@@ -50,8 +50,6 @@ def mount(env, opts=None):
     fsutil.require_impl()
     need_uring()
     m = env.mount_impl([layers(env, "t")], opts=opts)
-    # The mount shows in /proc before the kernel's INIT is answered, and the queue threads start while it is
-    # answered: a request through the mount (this one) waits for INIT, so the threads exist after it.
     tr = status(m.path)["transport"]
     assert tr["kind"] == "io_uring", tr
     if opts is None and tr["sched"] == "off":
