@@ -269,6 +269,8 @@ def main():
                     log("%s: mount failed: %s" % (i.name, e))
                     if i.name == "draftfs":
                         rc = 1
+        nrt = 2000 if args.quick else 20000
+        res["switch"] = [session.switch_costs(nrt)]
         log("%d workloads x %d implementations (%s) x %d repetitions, scale %g"
             % (len(wls), len(active), ",".join(i.name for i in active), reps, scale))
         k = 0
@@ -306,6 +308,7 @@ def main():
                     log("rep %d/%d %-12s %-10s %s" % (rep + 1, reps, w.name, impl.name,
                         " ".join("%.3fs" % t for t in times.values())))
             res["load"].append(list(os.getloadavg()))
+        res["switch"].append(session.switch_costs(nrt))
 
         for key, enabled, fn in (("session", not args.no_session,
                                   lambda: session.run_session(suite, active, unavailable, args, log)),

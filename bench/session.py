@@ -5,7 +5,9 @@
 - `draftbox-run -- true` against bare bwrap;
 - the cost of one request on each mount: an uncached getxattr (a FUSE round
   trip on the FUSE ones), and of a bare system call, so that runs on
-  different machines can be told apart;
+  different machines can be told apart; the pipe round trip between two
+  processes on one CPU (switch_costs(), measured by the driver around the
+  repetitions, for the request floor of the report);
 - `draftfs diff MNT` (JSON) of N changed files against `find -ls` of the
   upper, and `draftfs commit MNT` of N new small files against `rsync -a`
   of the same files;
@@ -114,6 +116,55 @@ def _getxattr_loop(path, n):
         except OSError:
             pass
     return (time.perf_counter() - t0) / n * 1e6
+
+
+def switch_costs(n):
+    """What handing a request to another process and back costs on this machine, in microseconds:
+    - round_trip: one byte there and back over pipes between two processes bound to one CPU (two
+      context switches between address spaces, four system calls);
+    - pair: a write and a read of one byte over a pipe within this process (two system calls, no switch);
+    - request: round_trip - 1.5 pair, the two switches and the one system call of the answering side
+      that a synchronous FUSE request adds to the caller's own system call, which kernel overlayfs
+      makes too. Any FUSE daemon that sleeps between requests pays at least this per request."""
+    cpu = min(os.sched_getaffinity(0))
+    a = os.pipe2(os.O_CLOEXEC)
+    b = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(a[1])
+            os.close(b[0])
+            os.sched_setaffinity(0, {cpu})
+            for _ in range(n):
+                if not os.read(a[0], 1):
+                    break
+                os.write(b[1], b"x")
+        finally:
+            os._exit(0)
+    old = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {cpu})
+        t0 = time.perf_counter()
+        for _ in range(n):
+            os.write(a[1], b"x")
+            os.read(b[0], 1)
+        rt = (time.perf_counter() - t0) / n * 1e6
+    finally:
+        os.sched_setaffinity(0, old)
+        for fd in a + b:
+            os.close(fd)
+        os.waitpid(pid, 0)
+    r, w = os.pipe2(os.O_CLOEXEC)
+    try:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            os.write(w, b"x")
+            os.read(r, 1)
+        pair = (time.perf_counter() - t0) / n * 1e6
+    finally:
+        os.close(r)
+        os.close(w)
+    return {"round_trip": rt, "pair": pair, "request": rt - 1.5 * pair}
 
 
 def _round_trips(suite, active, n):
