@@ -236,7 +236,7 @@ def main():
 
     res = {
         "started": started.isoformat(timespec="seconds"),
-        "machine": report.machine(),
+        "machine": report.machine(args.tmpdir),
         "scale": scale, "reps": reps, "manifest": man,
         "impls": [i.name for i in all_impls], "labels": {i.name: i.label for i in all_impls},
         "unavailable": unavailable,
