@@ -22,7 +22,7 @@ def scratch_fs(path):
         return "?"
     if out[0] != "ext4" or len(out) < 2:
         return out[0]
-    dev = os.path.basename(os.path.realpath(out[1]))
+    dev = os.path.basename(os.path.realpath(out[1].split("[", 1)[0]))  # a bind mount's "/dev/x[/dir]"
     try:
         journaled = any(j.rsplit("-", 1)[0] == dev for j in os.listdir("/proc/fs/jbd2"))
     except OSError:
@@ -30,8 +30,8 @@ def scratch_fs(path):
     return "ext4" if journaled else "ext4 without a journal"
 
 
-def machine(scratch="/var/tmp"):
-    """A one-line description of this machine."""
+def machine(scratch):
+    """A one-line description of this machine, with the filesystem of @scratch (the uppers' dir)."""
     cpu = "?"
     try:
         with open("/proc/cpuinfo") as f:
