@@ -126,7 +126,7 @@ int ovl_acl_map_ids(void *value, size_t size, bool to_disk)
 /* 0: not tried yet; 1: this thread has its own fs_struct (its own umask); -1: it cannot have one */
 static __thread signed char own_fs;
 
-bool ovl_umask_begin(fuse_req_t req, mode_t *mode)
+bool ovl_umask_begin(fuse_req_t req, struct ovl_node *dir, mode_t *mode)
 {
 	mode_t um;
 
@@ -135,6 +135,11 @@ bool ovl_umask_begin(fuse_req_t req, mode_t *mode)
 	um = fuse_req_ctx(req)->umask & 0777;
 	if (um == 0)
 		return false;
+	/* No default ACL to inherit: the umask applies as it is, with no two umask() calls around the create. */
+	if (ovl_xattr_no_default_acl(dir)) {
+		*mode &= ~um;
+		return false;
+	}
 	if (own_fs == 0)
 		own_fs = unshare(CLONE_FS) == 0 ? 1 : -1;
 	if (own_fs < 0) {

@@ -47,12 +47,14 @@ int ovl_acl_kill_sgid(fuse_req_t req, int fd);
 int ovl_acl_map_ids(void *value, size_t size, bool to_disk);
 
 /*
- * Before a create-like syscall on behalf of @req: when the umask is ours to
- * apply, sets it as this thread's (it has its own fs_struct from the first
- * call on), or, where that cannot be, clears its bits from *@mode. Returns
- * whether ovl_umask_end() must put the umask back.
+ * Before a create-like syscall in the dir @dir on behalf of @req: when the
+ * umask is ours to apply, clears its bits from *@mode if @dir has no
+ * default ACL (or where this thread cannot have a umask of its own), and
+ * else sets it as this thread's (it has its own fs_struct from the first
+ * call on), for the upper filesystem to ignore in favour of the default
+ * ACL. Returns whether ovl_umask_end() must put the umask back.
  */
-bool ovl_umask_begin(fuse_req_t req, mode_t *mode);
+bool ovl_umask_begin(fuse_req_t req, struct ovl_node *dir, mode_t *mode);
 void ovl_umask_end(bool set);
 
 /*

@@ -352,7 +352,20 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_readlink(req, buf);
 }
 
-int ovl_prepare_create(fuse_req_t req, struct ovl_node *p, const char *name, struct ovl_create *c)
+/* Whether @p is a dir of the upper layer alone (new, or opaque): nothing but its upper dir can hold a name in it. */
+static bool upper_only_dir(struct ovl_node *p)
+{
+	struct ovl_stack s;
+
+	if (p->type != S_IFDIR || ovl_node_rdlock_fresh(p) < 0)
+		return false;
+	ovl_node_stack(p, &s);
+	pthread_rwlock_unlock(&p->lock);
+	return s.upper_fd >= 0 && s.n == 0;
+}
+
+static int prepare_create(fuse_req_t req, struct ovl_node *p, const char *name, bool may_skip,
+			  struct ovl_create *c)
 {
 	const struct ovl_options *o = ovl_fs->opt;
 	const struct fuse_ctx *ctx = req ? fuse_req_ctx(req) : NULL;
@@ -361,7 +374,9 @@ int ovl_prepare_create(fuse_req_t req, struct ovl_node *p, const char *name, str
 	int r;
 
 	c->req = req;
+	c->p = p;
 	c->pfd = c->wfd = -1;
+	c->over_whiteout = c->unresolved = false;
 	if (strlen(name) > NAME_MAX)
 		return -ENAMETOOLONG;
 	if (o->read_only)
@@ -369,14 +384,23 @@ int ovl_prepare_create(fuse_req_t req, struct ovl_node *p, const char *name, str
 	r = ovl_node_ensure(p);
 	if (r < 0)
 		return r;
-	r = ovl_resolve_child(p, name, &res);
-	if (r == 0) {
-		ovl_res_done(&res);
-		return -EEXIST;
+	/*
+	 * In an upper-only dir the create's own O_EXCL (or mkdirat's, ...)
+	 * says whether the name is taken: no lookup first. A whiteout there
+	 * takes the name too; the caller then comes back through
+	 * ovl_prepare_create_again(), which looks.
+	 */
+	c->unresolved = may_skip && upper_only_dir(p);
+	if (!c->unresolved) {
+		r = ovl_resolve_child(p, name, &res);
+		if (r == 0) {
+			ovl_res_done(&res);
+			return -EEXIST;
+		}
+		if (r != -ENOENT)
+			return r;
+		c->over_whiteout = res.whiteout_in_upper;
 	}
-	if (r != -ENOENT)
-		return r;
-	c->over_whiteout = res.whiteout_in_upper;
 	c->origin[0] = '\0';
 	r = ovl_copy_up(p);
 	if (r < 0)
@@ -419,6 +443,20 @@ int ovl_prepare_create(fuse_req_t req, struct ovl_node *p, const char *name, str
 	c->uid = ctx ? ovl_idmap_to_disk(&o->uidmap, ctx->uid) : (uid_t)-1;
 	c->gid = (pst.st_mode & S_ISGID) ? pst.st_gid : ctx ? ovl_idmap_to_disk(&o->gidmap, ctx->gid) : (gid_t)-1;
 	return ovl_quota_check(0, 1);
+}
+
+int ovl_prepare_create(fuse_req_t req, struct ovl_node *p, const char *name, struct ovl_create *c)
+{
+	return prepare_create(req, p, name, true, c);
+}
+
+int ovl_prepare_create_again(struct ovl_create *c, const char *name)
+{
+	fuse_req_t req = c->req;
+	struct ovl_node *p = c->p;
+
+	ovl_create_done(c);
+	return prepare_create(req, p, name, false, c);
 }
 
 void ovl_create_set_origin(const struct ovl_create *c, int dir, const char *name, int fd)
@@ -485,7 +523,7 @@ static int create_object(struct ovl_create *c, const char *name, mode_t mode, de
 		dir = ovl_create_work_fd(c);
 		at = tmp;
 	}
-	um = !link && ovl_umask_begin(c->req, &mode);
+	um = !link && ovl_umask_begin(c->req, c->p, &mode);
 	if (S_ISDIR(mode))
 		r = mkdirat(dir, at, mode & 07777);
 	else if (link)
@@ -522,7 +560,7 @@ fail:
 }
 
 int ovl_new_node(struct ovl_node *p, const char *name, int pfd, bool opaque, struct ovl_node **ret,
-		 struct stat *ret_st)
+		 struct stat *ret_st, struct stat *ret_upper_st)
 {
 	struct ovl_res res;
 	struct ovl_node *n;
@@ -545,6 +583,8 @@ int ovl_new_node(struct ovl_node *p, const char *name, int pfd, bool opaque, str
 	res.ino = ovl_view_ino(-1, res.st.st_ino);
 	res.hashable = true;
 	st = res.st;
+	if (ret_upper_st)
+		*ret_upper_st = res.st;
 	r = ovl_node_get(p, name, &res, &n);
 	if (r < 0) {
 		ovl_res_done(&res);
@@ -578,9 +618,14 @@ static void do_create_object(fuse_req_t req, fuse_ino_t parent, const char *name
 	r = ovl_prepare_create(req, p, name, &c);
 	if (r >= 0)
 		r = create_object(&c, name, mode, rdev, link);
+	if (r == -EEXIST && c.unresolved) {
+		r = ovl_prepare_create_again(&c, name);
+		if (r >= 0)
+			r = create_object(&c, name, mode, rdev, link);
+	}
 	/* The new object's node from what we know of it, not a second resolution across the layers. */
 	if (r >= 0)
-		r = ovl_new_node(p, name, c.pfd, c.over_whiteout, &n, &st);
+		r = ovl_new_node(p, name, c.pfd, c.over_whiteout, &n, &st, NULL);
 	ovl_create_done(&c);
 	ovl_mutate_end();
 	if (r < 0)
@@ -891,19 +936,26 @@ static int do_link(struct ovl_node *n, struct ovl_node *np, const char *name)
 		r = fd;
 		goto out;
 	}
-	dir = c.pfd;
-	if (c.over_whiteout) {
-		ovl_tmp_name(tmp);
-		dir = ovl_create_work_fd(&c);
-		at = tmp;
-	}
-	if (linkat(fd, "", dir, at, AT_EMPTY_PATH) < 0) {
-		snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
-		if (linkat(AT_FDCWD, p, dir, at, AT_SYMLINK_FOLLOW) < 0) {
-			r = -errno;
-			goto out;
+	for (;;) {
+		dir = c.pfd;
+		if (c.over_whiteout) {
+			ovl_tmp_name(tmp);
+			dir = ovl_create_work_fd(&c);
+			at = tmp;
 		}
+		r = linkat(fd, "", dir, at, AT_EMPTY_PATH) < 0 ? -errno : 0;
+		if (r < 0 && r != -EEXIST) {
+			snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+			r = linkat(AT_FDCWD, p, dir, at, AT_SYMLINK_FOLLOW) < 0 ? -errno : 0;
+		}
+		if (r != -EEXIST || !c.unresolved)
+			break;
+		r = ovl_prepare_create_again(&c, name);
+		if (r < 0)
+			goto out;
 	}
+	if (r < 0)
+		goto out;
 	r = ovl_finish_create(&c, name, tmp, false);
 	if (r < 0)
 		(void)unlinkat(dir, at, 0);

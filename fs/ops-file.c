@@ -184,7 +184,7 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (r >= 0)
 		r = new_fh(fd, lower, gen, fi);
 	if (r >= 0) {
-		r = ovl_pt_open(n, fd, write, (struct ovl_fh *)(uintptr_t)fi->fh);
+		r = ovl_pt_open(n, fd, NULL, write, (struct ovl_fh *)(uintptr_t)fi->fh);
 		split = r == -ESTALE;
 		if (split)
 			ovl_node_split(n); /* the kernel retries the path walk and looks the name up afresh */
@@ -213,7 +213,7 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 	struct fuse_entry_param e;
 	struct ovl_create c;
 	struct ovl_node *n;
-	struct stat st;
+	struct stat st, ust;
 	char tmp[64] = "";
 	int r, fd = -1, dir;
 	const char *at = name;
@@ -222,18 +222,23 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 
 	ovl_mutate_begin();
 	r = ovl_prepare_create(req, p, name, &c);
-	if (r >= 0) {
+	while (r >= 0) {
 		dir = c.pfd;
 		if (c.over_whiteout) {
 			ovl_tmp_name(tmp);
 			dir = ovl_create_work_fd(&c);
 			at = tmp;
 		}
-		um = ovl_umask_begin(req, &mode);
+		um = ovl_umask_begin(req, p, &mode);
 		fd = openat(dir, at, open_flags(fi->flags) | O_CREAT | O_EXCL | O_NOFOLLOW, mode & 07777);
 		r = fd < 0 ? -errno : 0;
 		ovl_umask_end(um);
-		if (r >= 0 && (c.uid != 0 || c.gid != 0) && fchown(fd, c.uid, c.gid) < 0)
+		if (r != -EEXIST || !c.unresolved)
+			break;
+		r = ovl_prepare_create_again(&c, name);
+	}
+	if (r >= 0) {
+		if ((c.uid != 0 || c.gid != 0) && fchown(fd, c.uid, c.gid) < 0)
 			r = -errno;
 		if (r >= 0)
 			r = ovl_create_special_bits(fd, NULL, mode & 06000);
@@ -247,7 +252,7 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 		}
 		/* The new file's node from what we know of it, not a second resolution across the layers. */
 		if (r >= 0)
-			r = ovl_new_node(p, name, c.pfd, false, &n, &st);
+			r = ovl_new_node(p, name, c.pfd, false, &n, &st, &ust);
 		if (r >= 0) {
 			gen = atomic_load(&n->gen);
 			ovl_xattr_absent_created(n); /* the kernel asks for its caps on tar's chown */
@@ -258,7 +263,7 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 	if (r >= 0) {
 		r = new_fh(fd, false, gen, fi);
 		/* A new node has no open files: never -ESTALE here, and a writable open is always cached. */
-		if (r >= 0 && (r = ovl_pt_open(n, fd, true, (struct ovl_fh *)(uintptr_t)fi->fh)) < 0)
+		if (r >= 0 && (r = ovl_pt_open(n, fd, &ust, true, (struct ovl_fh *)(uintptr_t)fi->fh)) < 0)
 			free_fh(fi);
 		if (r < 0)
 			ovl_node_forget(n, 1);

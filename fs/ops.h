@@ -59,12 +59,14 @@ static inline bool ovl_fh_is_stale(struct ovl_node *n, struct fuse_file_info *fi
 /* State of a create-like request: the parent's upper fd and the new owner. */
 struct ovl_create {
 	fuse_req_t req;      /* the caller's (its umask), NULL for a link */
+	struct ovl_node *p;  /* the parent */
 	int pfd;             /* owned: dup of the parent's upper dir */
 	int wfd;             /* owned, -1 for work/: where to build over a whiteout (ovl_create_work_fd) */
 	char wname[64];      /* that dir's name in work/ (fs/acl.h, ovl_acl_inherit_dir) */
 	uid_t uid;           /* on-disk owner, (uid_t)-1 to keep root */
 	gid_t gid;
 	bool over_whiteout;  /* the name holds a whiteout: build in work/ and rename over it */
+	bool unresolved;     /* not looked up (an upper-only parent): on EEXIST, ovl_prepare_create_again() */
 	char origin[256];    /* origin record for the new object ("" none): the whiteout's, or "v1 none" */
 };
 
@@ -75,8 +77,17 @@ void ovl_create_set_origin(const struct ovl_create *c, int dir, const char *name
  * Checks that @name can be created in @p (not in the view, valid), copies
  * @p up and fills @c. @req gives the caller's ids and umask (NULL: keep
  * root's, a link). Returns 0 or -errno; ovl_create_done() in any case.
+ * In an upper-only @p the name is not looked up (c->unresolved): the
+ * create itself must be exclusive, and an EEXIST from it goes through
+ * ovl_prepare_create_again() and one more try.
  */
 int ovl_prepare_create(fuse_req_t req, struct ovl_node *p, const char *name, struct ovl_create *c);
+/*
+ * After the create of a c->unresolved @c failed with EEXIST: prepares @c
+ * again, this time looking the name up (EEXIST if it is in the view, else
+ * over_whiteout). Returns 0 or -errno.
+ */
+int ovl_prepare_create_again(struct ovl_create *c, const char *name);
 void ovl_create_done(struct ovl_create *c);
 /* The dir to build in when c->over_whiteout: work/, or one that carries the parent's default ACL. */
 static inline int ovl_create_work_fd(const struct ovl_create *c)
@@ -96,10 +107,11 @@ int ovl_lookup_node(struct ovl_node *p, const char *name, struct ovl_node **ret,
  * The node of an object just created at @pfd/@name (the parent @p's upper
  * dir) by a create-like request, without resolving the name across the
  * layers again: upper only, opaque if @opaque (a dir made over a whiteout).
- * Adds one lookup. Returns 0, *ret and the view's attributes, or -errno.
+ * Adds one lookup. Returns 0, *ret and the view's attributes (and, if
+ * @ret_upper_st is not NULL, the upper object's own), or -errno.
  */
 int ovl_new_node(struct ovl_node *p, const char *name, int pfd, bool opaque, struct ovl_node **ret,
-		 struct stat *ret_st);
+		 struct stat *ret_st, struct stat *ret_upper_st);
 /* Fills an entry reply for @n with the mount's timeouts. */
 void ovl_fill_entry(struct fuse_entry_param *e, struct ovl_node *n, const struct stat *st);
 
@@ -174,12 +186,12 @@ bool ovl_pt_enabled(void);
 bool ovl_dio_writes_coherent(void);
 /*
  * Chooses the io mode of a new open of node @n through @fd (the file the
- * handle reads and writes) and fills @fh->mode, ->backing_id and ->counted.
- * Returns 0, -ESTALE when a writable open meets passthrough files of an
+ * handle reads and writes; @st its attributes, or NULL to read them) and
+ * fills @fh->mode, ->backing_id and ->counted. Returns 0, -ESTALE when a writable open meets passthrough files of an
  * older object of the node (the caller splits the node and fails the open
  * with ESTALE), or -errno.
  */
-int ovl_pt_open(struct ovl_node *n, int fd, bool write, struct ovl_fh *fh);
+int ovl_pt_open(struct ovl_node *n, int fd, const struct stat *st, bool write, struct ovl_fh *fh);
 /* Undoes ovl_pt_open() at release (or when the open reply failed). */
 void ovl_pt_release(struct ovl_node *n, const struct ovl_fh *fh);
 /* fuse_reply_open() that also carries @fh's io mode and backing id. */

@@ -382,6 +382,12 @@ bool ovl_xattr_is_private(const char *name);
 void ovl_xattr_absent_forget(struct ovl_node *n);
 /* @n is a file the daemon just created: it has no file capabilities (only a setxattr gives a file some). */
 void ovl_xattr_absent_created(struct ovl_node *n);
+/*
+ * Whether the dir @dir has no default ACL (the answer remembered as above:
+ * no system call once known). A create in it then applies the caller's
+ * umask to the mode itself.
+ */
+bool ovl_xattr_no_default_acl(struct ovl_node *dir);
 
 static inline void ovl_res_init(struct ovl_res *r)
 {

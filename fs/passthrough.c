@@ -237,7 +237,7 @@ static void put_open(struct ovl_node *n, enum ovl_iomode mode)
 	}
 }
 
-int ovl_pt_open(struct ovl_node *n, int fd, bool write, struct ovl_fh *fh)
+int ovl_pt_open(struct ovl_node *n, int fd, const struct stat *known, bool write, struct ovl_fh *fh)
 {
 	bool lower_ok = ovl_fs->opt->passthrough == OVL_PT_ALL;
 	struct ovl_open *o = NULL;
@@ -249,7 +249,9 @@ int ovl_pt_open(struct ovl_node *n, int fd, bool write, struct ovl_fh *fh)
 	fh->counted = false;
 	if (!atomic_load(&pt_on))
 		return 0;
-	if (fstat(fd, &st) < 0)
+	if (known)
+		st = *known;
+	else if (fstat(fd, &st) < 0)
 		return -errno;
 	if (!S_ISREG(st.st_mode))
 		return 0;

@@ -44,9 +44,11 @@ static int top_fd_dup(struct ovl_node *n, bool *ret_upper)
 /*
  * The names the kernel asks for over and over and files seldom have:
  * security.capability (on every chown, and before a write once attributes
- * were refreshed) and security.selinux (on every `ls -l` entry). Their
- * absence is remembered per node, one bit each in n->xattr_absent, with an
- * epoch above the bits that ovl_xattr_absent_forget() bumps: an answer read
+ * were refreshed) and security.selinux (on every `ls -l` entry); and one
+ * the daemon asks for on every create: a dir's system.posix_acl_default
+ * (ovl_xattr_no_default_acl()). Their absence is remembered per node, one
+ * bit each in n->xattr_absent, with an epoch above the bits that
+ * ovl_xattr_absent_forget() bumps: an answer read
  * before a change is never recorded after it. A node's objects change with
  * its lock held exclusive (copy-up, end of a fill, re-resolution,
  * commit/discard invalidation), while the answer is read and recorded under
@@ -57,7 +59,7 @@ static int top_fd_dup(struct ovl_node *n, bool *ret_upper)
  * view shows is spared: the upper filesystem still drops caps itself when
  * the daemon writes or chowns.
  */
-#define ABSENT_BITS 2
+#define ABSENT_BITS 3
 
 static unsigned absent_bit(const char *name)
 {
@@ -67,6 +69,8 @@ static unsigned absent_bit(const char *name)
 		return 1;
 	if (strcmp(name, "security.selinux") == 0)
 		return 2;
+	if (strcmp(name, "system.posix_acl_default") == 0)
+		return 4;
 	return 0;
 }
 
@@ -108,6 +112,13 @@ static ssize_t top_getxattr(struct ovl_node *n, const char *name, void *value, s
 		(void)atomic_compare_exchange_strong(&n->xattr_absent, &seen, seen | bit);
 	pthread_rwlock_unlock(&n->lock);
 	return len;
+}
+
+bool ovl_xattr_no_default_acl(struct ovl_node *dir)
+{
+	ssize_t len = top_getxattr(dir, "system.posix_acl_default", NULL, 0);
+
+	return len == -ENODATA || len == -EOPNOTSUPP;
 }
 
 static void reply_value(fuse_req_t req, const void *v, size_t len, size_t size)

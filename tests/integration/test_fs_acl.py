@@ -209,6 +209,37 @@ def test_default_acl_and_umask(fsenv):
     assert can_read(USER, os.path.join(shared, "f"))
 
 
+def test_default_acl_set_after_creates(fsenv):
+    """draftfs remembers that a dir has no default ACL (it then applies the umask itself, with no umask()
+    calls): a default ACL set through the mount afterwards must be inherited by the next creates, and the
+    umask no longer apply; removed again, the umask is back."""
+    need_acls(fsenv)
+    lower = fsenv.dir("lower")
+    os.chmod(lower, 0o755)
+    m = fsenv.mount_impl([lower], name="impl")
+    d = os.path.join(m.path, "d")
+    os.mkdir(d, 0o755)
+
+    def again(umask):
+        for n in ("f", "fifo"):
+            os.unlink(os.path.join(d, n))
+        os.rmdir(os.path.join(d, "sub"))
+        create_in(d, umask)
+
+    create_in(d, 0o027)
+    assert modes(d) == {"f": 0o640, "sub": 0o750, "fifo": 0o640}
+    again(0o027)
+    assert modes(d) == {"f": 0o640, "sub": 0o750, "fifo": 0o640}, "the remembered answer is the same"
+    setfacl("-d", "-m", f"u:{USER}:rwx", d)
+    again(0o077)
+    assert modes(d) == {"f": 0o664, "sub": 0o775, "fifo": 0o664}, "the new default ACL applies, not the umask"
+    assert f"user:{USER}:rwx" in acl(os.path.join(d, "f"))
+    setfacl("-k", d)
+    again(0o027)
+    assert modes(d) == {"f": 0o640, "sub": 0o750, "fifo": 0o640}, "no default ACL: the umask again"
+    assert f"user:{USER}:rwx" not in acl(os.path.join(d, "f"))
+
+
 def test_default_acl_over_whiteout(fsenv):
     """A name that hides a lower entry: the new object is built elsewhere and moved over the whiteout."""
     need_acls(fsenv)

@@ -675,6 +675,45 @@ def test_move_over_whiteout_of_lower_dir(fsenv, kind):
     assert not diffs, "\n".join(diffs[:20])
 
 
+def test_create_over_whiteouts_in_an_opaque_dir(fsenv):
+    """draftfs creates in a dir of the upper layer alone (new, or opaque) without looking the name up: the
+    create's own O_EXCL tells. An upper written by the kernel may still hold whiteouts in an opaque dir; a
+    create, mkdir, symlink, link or mkfifo of such a name must then replace the whiteout (EEXIST from the
+    first try, then the looked-up way), and one of a name in the view must still fail with EEXIST."""
+    fsutil.require_impl()
+    lowers = fsutil.make_standard_lowers(fsenv.dir("layers"))
+    names = ("ef", "sub", "w1", "w2", "w3", "w4")
+    for tag in ("kernel", "impl"):
+        e = os.path.join(fsenv.dir(f"{tag}.upper"), "e")
+        os.mkdir(e)
+        fsutil.make_opaque(e)
+        for n in names:
+            fsutil.whiteout(os.path.join(e, n))
+        fsutil.write_file(os.path.join(e, "kept"), b"upper\n")
+    kern = fsenv.mount("kernel", lowers, name="kernel")
+    impl = fsenv.mount_impl(lowers, name="impl")
+    # (Not readdir first: the kernel lists a dir of the upper alone as it is on disk, whiteouts too.)
+    ops = [("stat", "e/ef"), ("create", "e/ef", os.O_EXCL, 0o640), ("mkdir", "e/sub", 0o750),
+           ("symlink", "kept", "e/w1"), ("link", "e/kept", "e/w2"), ("mknod", "e/w3", "fifo"),
+           ("write", "e/w4", b"new\n"), ("create", "e/kept", os.O_EXCL, 0o600), ("mkdir", "e/w1", 0o700),
+           ("symlink", "x", "e/sub"), ("link", "e/kept", "e/ef"), ("readdir", "e"), ("readdir", "e/sub"),
+           ("stat", "e/ef"), ("stat", "e/sub"), ("readlink", "e/w1"), ("read", "e/w2"), ("read", "e/w4")]
+    run_sequence(kern.path, kern.upper, impl.path, 0, 0, ops=ops)
+    isnap = fsutil.tree_snapshot(impl.path)
+    impl.stop()
+    kern.stop()
+    for n in names:
+        st = os.lstat(os.path.join(impl.upper, "e", n))
+        assert not (stat.S_ISCHR(st.st_mode) and st.st_rdev == 0), f"e/{n} is still a whiteout in the upper"
+    assert fsutil.xattr(os.path.join(impl.upper, "e", "sub"), "trusted.overlay.opaque") == b"y", \
+        "a dir made over a whiteout hides what is below"
+    left = [n for n in os.listdir(os.path.join(impl.work, "work")) if not n.startswith("#draftfs-wh-")]
+    assert not left, f"nothing but the spare whiteouts left in work/: {left}"
+    verify = fsenv.mount("kernel", lowers, upper=impl.upper, name="verify", opts=fsutil.KERNEL_VERIFY_OPTS)
+    diffs = fsutil.diff_snapshots(isnap, fsutil.tree_snapshot(verify.path), fsutil.IMPL, "kernel-over-upper")
+    assert not diffs, "\n".join(diffs[:20])
+
+
 @pytest.mark.parametrize("how", ["rename", "exchange"])
 def test_moved_dir_links_counted_at_once(fsenv, how):
     """Seed 5007's failure, reduced: a merged dir holding a copied-up file is renamed, so draftfs copies the
