@@ -163,6 +163,8 @@ def main():
                     "(ring_sched=normal) only when named")
     ap.add_argument("--build-dir", default=os.environ.get("DRAFTBOX_BUILD_DIR") or os.path.join(REPO, "build"),
                     help="where fs/draftfs and launcher/draftbox-run are (a default, non-ASan build)")
+    ap.add_argument("--base-build-dir", metavar="DIR",
+                    help="also run draftfs-base, the draftfs of another build (an A/B of a change)")
     ap.add_argument("--cache-dir", default=os.path.join(HERE, "cache"))
     ap.add_argument("--results-dir", default=os.path.join(HERE, "results"))
     ap.add_argument("--tmpdir", default="/var/tmp", help="where scratch uppers go (same fs as the cache is best)")
@@ -214,12 +216,15 @@ def main():
     suite = Suite(args, man)
     all_impls = [impls.Plain(suite.plain_dir), impls.KernelOverlay(), impls.FuseOverlayfs(False),
                  impls.FuseOverlayfs(True), impls.Draftfs(args.build_dir)]
+    if args.base_build_dir:
+        all_impls.append(impls.Draftfs(os.path.abspath(args.base_build_dir), "draftfs-base",
+                                       label="draftfs (%s)" % args.base_build_dir))
     if args.impls:
         want = args.impls.split(",")
         for name, opts in impls.DRAFTFS_VARIANTS.items():
             if name in want:
                 all_impls.append(impls.Draftfs(args.build_dir, name, opts))
-        all_impls = [i for i in all_impls if i.name in want or i.name == "ovl"]
+        all_impls = [i for i in all_impls if i.name in want or i.name in ("ovl", "draftfs-base")]
     active = []
     unavailable = {}
     for i in all_impls:

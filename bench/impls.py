@@ -11,6 +11,7 @@ Variants of draftfs, only when named in --impls (A/B runs):
 draftfs-devfuse  uring=off: requests over /dev/fuse, not the io_uring queues
 draftfs-nosync   fsync=0: copy-ups not synced (as fuse-overlayfs's fast options)
 draftfs-normal   ring_sched=normal: the io_uring threads never SCHED_IDLE (fs/ring-sched.c)
+draftfs-base     the draftfs of --base-build-dir (another build: an A/B of a change)
 
 FUSE daemons run in the foreground as our children, so their pid (for CPU
 time and RSS) is known and they never outlive the suite.
@@ -205,12 +206,12 @@ class FuseOverlayfs(FuseImpl):
 class Draftfs(FuseImpl):
     """draftfs with its default options; with @opts (a -o list), a variant named @name for A/B runs."""
 
-    def __init__(self, build_dir, name="draftfs", opts=None):
+    def __init__(self, build_dir, name="draftfs", opts=None, label=None):
         self.binary = os.path.join(build_dir, "fs", "draftfs")
         self.build_dir = build_dir
         self.name = name
         self.opts = opts
-        self.label = "draftfs" + (" (%s)" % opts if opts else "")
+        self.label = label or "draftfs" + (" (%s)" % opts if opts else "")
 
     def available(self):
         if not os.access(self.binary, os.X_OK):
