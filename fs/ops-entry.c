@@ -512,17 +512,11 @@ int ovl_create_special_bits(int fd, const char *at, mode_t mode)
 static int create_object(struct ovl_create *c, const char *name, mode_t mode, dev_t rdev, const char *link)
 {
 	char tmp[64];
-	int dir = c->pfd;
-	const char *at = name;
+	const char *at;
+	int dir = ovl_create_target(c, name, tmp, &at);
 	int r;
-
 	bool um;
 
-	if (c->over_whiteout) {
-		ovl_tmp_name(tmp);
-		dir = ovl_create_work_fd(c);
-		at = tmp;
-	}
 	um = !link && ovl_umask_begin(c->req, c->p, &mode);
 	if (S_ISDIR(mode))
 		r = mkdirat(dir, at, mode & 07777);
@@ -618,11 +612,8 @@ static void do_create_object(fuse_req_t req, fuse_ino_t parent, const char *name
 	r = ovl_prepare_create(req, p, name, &c);
 	if (r >= 0)
 		r = create_object(&c, name, mode, rdev, link);
-	if (r == -EEXIST && c.unresolved) {
-		r = ovl_prepare_create_again(&c, name);
-		if (r >= 0)
-			r = create_object(&c, name, mode, rdev, link);
-	}
+	if (ovl_create_retry(&c, name, &r))
+		r = create_object(&c, name, mode, rdev, link);
 	/* The new object's node from what we know of it, not a second resolution across the layers. */
 	if (r >= 0)
 		r = ovl_new_node(p, name, c.pfd, c.over_whiteout, &n, &st, NULL);
@@ -921,7 +912,7 @@ static int do_link(struct ovl_node *n, struct ovl_node *np, const char *name)
 	_cleanup_close_ int fd = -1;
 	char tmp[64], p[64];
 	int dir, r;
-	const char *at = name;
+	const char *at;
 
 	if (n->type == S_IFDIR)
 		return -EPERM;
@@ -936,24 +927,14 @@ static int do_link(struct ovl_node *n, struct ovl_node *np, const char *name)
 		r = fd;
 		goto out;
 	}
-	for (;;) {
-		dir = c.pfd;
-		if (c.over_whiteout) {
-			ovl_tmp_name(tmp);
-			dir = ovl_create_work_fd(&c);
-			at = tmp;
-		}
+	do {
+		dir = ovl_create_target(&c, name, tmp, &at);
 		r = linkat(fd, "", dir, at, AT_EMPTY_PATH) < 0 ? -errno : 0;
 		if (r < 0 && r != -EEXIST) {
 			snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
 			r = linkat(AT_FDCWD, p, dir, at, AT_SYMLINK_FOLLOW) < 0 ? -errno : 0;
 		}
-		if (r != -EEXIST || !c.unresolved)
-			break;
-		r = ovl_prepare_create_again(&c, name);
-		if (r < 0)
-			goto out;
-	}
+	} while (ovl_create_retry(&c, name, &r));
 	if (r < 0)
 		goto out;
 	r = ovl_finish_create(&c, name, tmp, false);

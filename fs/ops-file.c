@@ -216,27 +216,20 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 	struct stat st, ust;
 	char tmp[64] = "";
 	int r, fd = -1, dir;
-	const char *at = name;
+	const char *at;
 	unsigned gen = 0;
 	bool um;
 
 	ovl_mutate_begin();
 	r = ovl_prepare_create(req, p, name, &c);
-	while (r >= 0) {
-		dir = c.pfd;
-		if (c.over_whiteout) {
-			ovl_tmp_name(tmp);
-			dir = ovl_create_work_fd(&c);
-			at = tmp;
-		}
-		um = ovl_umask_begin(req, p, &mode);
-		fd = openat(dir, at, open_flags(fi->flags) | O_CREAT | O_EXCL | O_NOFOLLOW, mode & 07777);
-		r = fd < 0 ? -errno : 0;
-		ovl_umask_end(um);
-		if (r != -EEXIST || !c.unresolved)
-			break;
-		r = ovl_prepare_create_again(&c, name);
-	}
+	if (r >= 0)
+		do {
+			dir = ovl_create_target(&c, name, tmp, &at);
+			um = ovl_umask_begin(req, p, &mode);
+			fd = openat(dir, at, open_flags(fi->flags) | O_CREAT | O_EXCL | O_NOFOLLOW, mode & 07777);
+			r = fd < 0 ? -errno : 0;
+			ovl_umask_end(um);
+		} while (ovl_create_retry(&c, name, &r));
 	if (r >= 0) {
 		if ((c.uid != 0 || c.gid != 0) && fchown(fd, c.uid, c.gid) < 0)
 			r = -errno;

@@ -94,6 +94,33 @@ static inline int ovl_create_work_fd(const struct ovl_create *c)
 {
 	return c->wfd >= 0 ? c->wfd : ovl_fs->workwork_fd;
 }
+/*
+ * Where the create of @name goes: the parent's upper dir and @name, or
+ * (c->over_whiteout) a fresh name, written to @tmp, in ovl_create_work_fd().
+ * Returns the dir and sets *@at.
+ */
+static inline int ovl_create_target(const struct ovl_create *c, const char *name, char tmp[static 64],
+				    const char **at)
+{
+	*at = name;
+	if (!c->over_whiteout)
+		return c->pfd;
+	ovl_tmp_name(tmp);
+	*at = tmp;
+	return ovl_create_work_fd(c);
+}
+/*
+ * After the create of @name failed with *@r: whether to try it once more,
+ * an EEXIST of a c->unresolved @c, then prepared again by
+ * ovl_prepare_create_again() (whose error, if any, goes to *@r).
+ */
+static inline bool ovl_create_retry(struct ovl_create *c, const char *name, int *r)
+{
+	if (*r != -EEXIST || !c->unresolved)
+		return false;
+	*r = ovl_prepare_create_again(c, name);
+	return *r >= 0;
+}
 /* Sets the setuid/setgid/sticky bits of @mode on the new object @fd/@at (@at NULL: @fd itself), keeping the permissions it got. */
 int ovl_create_special_bits(int fd, const char *at, mode_t mode);
 /* Moves work/@tmp over the whiteout at @name when c->over_whiteout. Returns 0 or -errno. */
@@ -186,12 +213,12 @@ bool ovl_pt_enabled(void);
 bool ovl_dio_writes_coherent(void);
 /*
  * Chooses the io mode of a new open of node @n through @fd (the file the
- * handle reads and writes; @st its attributes, or NULL to read them) and
- * fills @fh->mode, ->backing_id and ->counted. Returns 0, -ESTALE when a writable open meets passthrough files of an
- * older object of the node (the caller splits the node and fails the open
- * with ESTALE), or -errno.
+ * handle reads and writes; @known its attributes, or NULL to read them)
+ * and fills @fh->mode, ->backing_id and ->counted. Returns 0, -ESTALE when
+ * a writable open meets passthrough files of an older object of the node
+ * (the caller splits the node and fails the open with ESTALE), or -errno.
  */
-int ovl_pt_open(struct ovl_node *n, int fd, const struct stat *st, bool write, struct ovl_fh *fh);
+int ovl_pt_open(struct ovl_node *n, int fd, const struct stat *known, bool write, struct ovl_fh *fh);
 /* Undoes ovl_pt_open() at release (or when the open reply failed). */
 void ovl_pt_release(struct ovl_node *n, const struct ovl_fh *fh);
 /* fuse_reply_open() that also carries @fh's io mode and backing id. */
