@@ -83,6 +83,31 @@ def _floor(res, s):
     return best, out
 
 
+def _at_cost(res, s):
+    """The same ratio at the cost a cheap request measurably has on each mount: its uncached getxattr
+    (session.py's round trips) less the same call on the plain directory. Where the request floor says
+    what the waits cost at the least, this says what they cost on that transport, the daemon's answer to
+    a trivial request included; the rest of an implementation's time is its work per request. Returns
+    {phase: {impl: ratio}}; {} without the session figures (--no-session, older result files)."""
+    rt = (res.get("session") or {}).get("round_trip") or {}
+    base_rt = rt.get("plain")
+    if base_rt is None:
+        return {}
+    out = {}
+    for p, by in s["waits"].items():
+        base_t, base_w = s["median"].get(p, {}).get("ovl"), by.get("ovl")
+        if not base_t or base_w is None:
+            continue
+        out[p] = {i: (base_t + max(0.0, w - base_w) * max(0.0, rt[i] - base_rt) / 1e6) / base_t
+                  for i, w in by.items() if i not in ("plain", "ovl") and w is not None and rt.get(i) is not None}
+    return {p: by for p, by in out.items() if by}
+
+
+AT_COST_TITLE = ("the same at the cost a cheap request has on each mount (an uncached getxattr there, less "
+                 "the same call on the plain directory; session-level figures): what the waits cost on that "
+                 "transport, the rest being the work of the requests")
+
+
 def floor_title(sw):
     return ("request floor: the ratio to kernel overlayfs that the waits alone impose, (ovl s + (waits - "
             "ovl's waits) x %.1f us) / ovl s. %.1f us is what a request adds at least: two context switches "
@@ -111,6 +136,7 @@ def summarize(res):
     # Older result files have no waits.
     s["waits"] = {p: {i: _med(by[i]) for i in impls} for p, by in res.get("waits", {}).items()}
     s["switch"], s["floor"] = _floor(res, s)
+    s["at_cost"] = _at_cost(res, s)
     # Extra rows (Workload.extra): reported, kept out of the geomean, the worst case and the fo-fast verdict.
     # A list, not a set: it goes into the JSON of the run, and json cannot write a set.
     s["extra"] = extra = sorted(p for w in res.get("workloads", []) if w.get("extra") for p in w["phases"])
@@ -160,6 +186,8 @@ def summarize(res):
         w = s["worst"][d]
         fl = s["floor"].get(w[0], {}).get(d) if w else None
         fl = "" if fl is None else "; its request floor here %.2fx" % fl
+        ac = s["at_cost"].get(w[0], {}).get(d) if w else None
+        fl += "" if ac is None else ", %.2fx at this mount's request cost" % ac
         target("no workload above 3x kernel", w[1] if w else None, w is not None and w[1] <= 3.0 and not failed,
                fmt="worst %%.2fx (%s)%s%s" % (w[0] if w else "", fl.replace("%", "%%"), note))
         for p, lim in (("git_status_1", 2.0), ("git_status_2", 2.0), ("seq_read", 1.1), ("rand_read", 1.1)):
@@ -279,6 +307,12 @@ def render_text(res, s):
         out.append("%-*s" % (w, "workload") + "".join("%*s" % (cw, i) for i in fi))
         for p, by in s["floor"].items():
             out.append("%-*s" % (w, p) + "".join("%*s" % (cw, _f(by.get(i), "%.2fx")) for i in fi))
+    if s.get("at_cost"):
+        out.append("")
+        out.append(AT_COST_TITLE)
+        out.append("%-*s" % (w, "workload") + "".join("%*s" % (cw, i) for i in fi))
+        for p, by in s["at_cost"].items():
+            out.append("%-*s" % (w, p) + "".join("%*s" % (cw, _f(by.get(i), "%.2fx")) for i in fi))
     out.extend(_session_lines(res))
     out.append("")
     out.append("targets (draftfs; informational)")
@@ -382,6 +416,14 @@ def render_markdown(res, s):
         out.append("| workload | " + " | ".join(fi) + " |")
         out.append("|---" * (1 + len(fi)) + "|")
         for p, by in s["floor"].items():
+            out.append("| %s | " % p + " | ".join(_f(by.get(i), "%.2fx") for i in fi) + " |")
+    if s.get("at_cost"):
+        out.append("")
+        out.append(AT_COST_TITLE[0].upper() + AT_COST_TITLE[1:] + ":")
+        out.append("")
+        out.append("| workload | " + " | ".join(fi) + " |")
+        out.append("|---" * (1 + len(fi)) + "|")
+        for p, by in s["at_cost"].items():
             out.append("| %s | " % p + " | ".join(_f(by.get(i), "%.2fx") for i in fi) + " |")
     extra = _session_lines(res)
     if extra:
