@@ -27,6 +27,7 @@ sys.path.insert(0, HERE)
 
 import impls  # noqa: E402
 import report  # noqa: E402
+import fusereq  # noqa: E402
 import session  # noqa: E402
 import tree  # noqa: E402
 import workloads  # noqa: E402
@@ -172,6 +173,9 @@ def main():
     ap.add_argument("--no-memory", action="store_true", help="skip the memory walk")
     ap.add_argument("--profile", action="store_true", help="also perf-record the draftfs daemon (see docs)")
     ap.add_argument("--profile-impl", default="draftfs", help="which FUSE daemon --profile records")
+    ap.add_argument("--requests", action="store_true",
+                    help="also count the FUSE requests of each workload by opcode (one more run per FUSE "
+                    "implementation, with the kernel's fuse:fuse_request_send event)")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="make -j for the build")
     ap.add_argument("--max-minutes", type=float,
                     help="start no new repetition once the projected end would pass this budget")
@@ -320,7 +324,9 @@ def main():
                                  ("memory", not args.no_memory,
                                   lambda: session.run_memory(suite, active, unavailable, args, log)),
                                  ("profile", args.profile,
-                                  lambda: session.run_profile(suite, active, wls, args, log))):
+                                  lambda: session.run_profile(suite, active, wls, args, log)),
+                                 ("requests", args.requests,
+                                  lambda: fusereq.run_requests(suite, active, wls, args, log, drop_caches))):
             if not enabled:
                 continue
             try:

@@ -11,6 +11,8 @@ import platform
 import statistics
 import subprocess
 
+import fusereq
+
 
 def scratch_fs(path):
     """The filesystem type under @path; for ext4, whether it has a journal. Without one (seen on
@@ -313,6 +315,7 @@ def render_text(res, s):
         out.append("%-*s" % (w, "workload") + "".join("%*s" % (cw, i) for i in fi))
         for p, by in s["at_cost"].items():
             out.append("%-*s" % (w, p) + "".join("%*s" % (cw, _f(by.get(i), "%.2fx")) for i in fi))
+    out.extend(_requests_text(res))
     out.extend(_session_lines(res))
     out.append("")
     out.append("targets (draftfs; informational)")
@@ -323,6 +326,48 @@ def render_text(res, s):
         out.append("FAILURES")
         out.extend("  " + e for e in res["errors"])
     return "\n".join(out)
+
+
+def _requests_rows(res):
+    """[(phase, impl, total, 'WRITE 1725, ...', lost)] of --requests, or a string saying why there are none,
+    or None when it was not asked for."""
+    rq = res.get("requests")
+    if rq is None or isinstance(rq, str):
+        return rq
+    rows = []
+    for p, by in rq.get("counts", {}).items():
+        for i, counts in by.items():
+            rows.append((p, i, sum(counts.values()), fusereq.summary(counts, 8),
+                         rq.get("lost", {}).get(p, {}).get(i, 0)))
+    return rows
+
+
+REQUESTS_TITLE = ("FUSE requests sent to each daemon, by opcode (--requests: one more cold run of each workload, "
+                  "the kernel's fuse:fuse_request_send event; FORGETs are not traced)")
+
+
+def _requests_text(res):
+    rows = _requests_rows(res)
+    if rows is None:
+        return []
+    if isinstance(rows, str):
+        return ["", "FUSE requests by opcode: " + rows]
+    out = ["", REQUESTS_TITLE]
+    for p, i, n, kinds, lost in rows:
+        out.append("  %-14s %-12s %7d  %s%s" % (p, i, n, kinds, "  (%d events lost)" % lost if lost else ""))
+    return out
+
+
+def _requests_markdown(res):
+    rows = _requests_rows(res)
+    if rows is None:
+        return []
+    if isinstance(rows, str):
+        return ["", "FUSE requests by opcode: " + rows + "."]
+    out = ["", REQUESTS_TITLE + ":", "", "| workload | impl | requests | by opcode |", "|---|---|---|---|"]
+    for p, i, n, kinds, lost in rows:
+        out.append("| %s | %s | %d | %s%s |" % (p, i, n, kinds, " (%d events lost)" % lost if lost else ""))
+    return out
 
 
 def _session_lines(res):
@@ -425,6 +470,7 @@ def render_markdown(res, s):
         out.append("|---" * (1 + len(fi)) + "|")
         for p, by in s["at_cost"].items():
             out.append("| %s | " % p + " | ".join(_f(by.get(i), "%.2fx") for i in fi) + " |")
+    out.extend(_requests_markdown(res))
     extra = _session_lines(res)
     if extra:
         out.append("")
