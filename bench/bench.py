@@ -25,9 +25,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import fusereq  # noqa: E402
 import impls  # noqa: E402
 import report  # noqa: E402
-import fusereq  # noqa: E402
 import session  # noqa: E402
 import tree  # noqa: E402
 import workloads  # noqa: E402

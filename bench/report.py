@@ -74,15 +74,24 @@ def _floor(res, s):
     if not sw:
         return None, {}
     best = min(sw, key=lambda x: x["request"])
-    us = best["request"]
+    return best, _priced_waits(s, lambda i: best["request"])
+
+
+def _priced_waits(s, cost_us):
+    """{phase: {impl: (ovl s + (waits - ovl's waits) x cost_us(impl)) / ovl s}} for the FUSE implementations
+    whose cost_us() is not None; phases without kernel overlayfs's time or waits are left out."""
     out = {}
     for p, by in s["waits"].items():
         base_t, base_w = s["median"].get(p, {}).get("ovl"), by.get("ovl")
         if not base_t or base_w is None:
             continue
-        out[p] = {i: (base_t + max(0.0, w - base_w) * us / 1e6) / base_t
-                  for i, w in by.items() if i not in ("plain", "ovl") and w is not None}
-    return best, out
+        row = {}
+        for i, w in by.items():
+            us = cost_us(i) if i not in ("plain", "ovl") and w is not None else None
+            if us is not None:
+                row[i] = (base_t + max(0.0, w - base_w) * us / 1e6) / base_t
+        out[p] = row
+    return out
 
 
 def _at_cost(res, s):
@@ -95,13 +104,7 @@ def _at_cost(res, s):
     base_rt = rt.get("plain")
     if base_rt is None:
         return {}
-    out = {}
-    for p, by in s["waits"].items():
-        base_t, base_w = s["median"].get(p, {}).get("ovl"), by.get("ovl")
-        if not base_t or base_w is None:
-            continue
-        out[p] = {i: (base_t + max(0.0, w - base_w) * max(0.0, rt[i] - base_rt) / 1e6) / base_t
-                  for i, w in by.items() if i not in ("plain", "ovl") and w is not None and rt.get(i) is not None}
+    out = _priced_waits(s, lambda i: None if rt.get(i) is None else max(0.0, rt[i] - base_rt))
     return {p: by for p, by in out.items() if by}
 
 
@@ -303,18 +306,13 @@ def render_text(res, s):
         out.append(hdr)
         for p, by in s["waits"].items():
             out.append("%-*s" % (w, p) + "".join("%*s" % (cw, _f(by[i], "%.0f")) for i in impls))
-    if s.get("floor"):
-        out.append("")
-        out.append(floor_title(s["switch"]))
-        out.append("%-*s" % (w, "workload") + "".join("%*s" % (cw, i) for i in fi))
-        for p, by in s["floor"].items():
-            out.append("%-*s" % (w, p) + "".join("%*s" % (cw, _f(by.get(i), "%.2fx")) for i in fi))
-    if s.get("at_cost"):
-        out.append("")
-        out.append(AT_COST_TITLE)
-        out.append("%-*s" % (w, "workload") + "".join("%*s" % (cw, i) for i in fi))
-        for p, by in s["at_cost"].items():
-            out.append("%-*s" % (w, p) + "".join("%*s" % (cw, _f(by.get(i), "%.2fx")) for i in fi))
+    for key, title in (("floor", floor_title), ("at_cost", lambda _: AT_COST_TITLE)):
+        if s.get(key):
+            out.append("")
+            out.append(title(s["switch"]))
+            out.append("%-*s" % (w, "workload") + "".join("%*s" % (cw, i) for i in fi))
+            for p, by in s[key].items():
+                out.append("%-*s" % (w, p) + "".join("%*s" % (cw, _f(by.get(i), "%.2fx")) for i in fi))
     out.extend(_requests_text(res))
     out.extend(_session_lines(res))
     out.append("")
@@ -453,23 +451,16 @@ def render_markdown(res, s):
         out.append("|---" * (1 + len(impls)) + "|")
         for p, by in s["waits"].items():
             out.append("| %s | " % p + " | ".join(_f(by[i], "%.0f") for i in impls) + " |")
-    if s.get("floor"):
-        out.append("")
-        t = floor_title(s["switch"])
-        out.append(t[0].upper() + t[1:] + ":")
-        out.append("")
-        out.append("| workload | " + " | ".join(fi) + " |")
-        out.append("|---" * (1 + len(fi)) + "|")
-        for p, by in s["floor"].items():
-            out.append("| %s | " % p + " | ".join(_f(by.get(i), "%.2fx") for i in fi) + " |")
-    if s.get("at_cost"):
-        out.append("")
-        out.append(AT_COST_TITLE[0].upper() + AT_COST_TITLE[1:] + ":")
-        out.append("")
-        out.append("| workload | " + " | ".join(fi) + " |")
-        out.append("|---" * (1 + len(fi)) + "|")
-        for p, by in s["at_cost"].items():
-            out.append("| %s | " % p + " | ".join(_f(by.get(i), "%.2fx") for i in fi) + " |")
+    for key, title in (("floor", floor_title), ("at_cost", lambda _: AT_COST_TITLE)):
+        if s.get(key):
+            t = title(s["switch"])
+            out.append("")
+            out.append(t[0].upper() + t[1:] + ":")
+            out.append("")
+            out.append("| workload | " + " | ".join(fi) + " |")
+            out.append("|---" * (1 + len(fi)) + "|")
+            for p, by in s[key].items():
+                out.append("| %s | " % p + " | ".join(_f(by.get(i), "%.2fx") for i in fi) + " |")
     out.extend(_requests_markdown(res))
     extra = _session_lines(res)
     if extra:
