@@ -166,6 +166,23 @@ int launch_bwrap_args(const struct launch_config *c, const struct launch_plan *p
 	ADD("--chdir", c->cwd);
 	snprintf(num, sizeof(num), "%d", p->seccomp_fd);
 	ADD("--seccomp", num);
+	/*
+	 * The environment goes in here, not into bwrap's own: bwrap runs as root
+	 * on the host, and its dynamic loader would honour LD_PRELOAD, LD_AUDIT,
+	 * GCONV_PATH or GLIBC_TUNABLES set through --setenv (or the API's envs).
+	 * bwrap is exec'd with none at all and sets these only after it started.
+	 */
+	ADD("--clearenv");
+	for (char *const *e = p->env; e && *e; e++) {
+		const char *eq = strchr(*e, '=');
+		_cleanup_free_ char *name = eq ? strndup(*e, (size_t)(eq - *e)) : NULL;
+
+		if (!eq || eq == *e)
+			return -EINVAL;
+		if (!name)
+			return -ENOMEM;
+		ADD("--setenv", name, eq + 1);
+	}
 
 	/* the helper: UID GID STATUS_FD NOFILE FSIZE HOME GO_FD ERR_FD -- COMMAND */
 	ADD("--", LAUNCH_HELPER_DEST);

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * The sandbox environment. It is built here, before bwrap starts, and
- * bwrap is exec'd with it: so nothing filtered out ever reaches a process
- * in the sandbox, not even through /proc/1/environ.
+ * handed to bwrap as --clearenv and --setenv options (bwrap itself is
+ * exec'd with an empty environment, so its loader, running as root on the
+ * host, never sees a variable meant for the sandbox): nothing filtered out
+ * ever reaches a process in the sandbox, not even through /proc/1/environ.
  */
 #include <errno.h>
 #include <fnmatch.h>

@@ -248,6 +248,7 @@ struct launch_plan {
 	uid_t uid;
 	gid_t gid;
 	char **hide;              /* extra dirs to hide with a tmpfs (session dir) */
+	char *const *env;         /* the sandbox's environment ("K=V"), set by bwrap after it started */
 };
 
 /*

@@ -510,7 +510,8 @@ static int bwrap_child_main(void *arg)
 		if (clear_cloexec(ch->c->exposes[i].fd) < 0)
 			goto fail;
 	/* the cgroup move happens in the parent, while bwrap sets up; the helper waits for it */
-	execve(ch->s->bwrap, ch->argv, ch->s->env);
+	/* no environment: bwrap is root here, and sets the sandbox's itself (--clearenv, --setenv) */
+	execve(ch->s->bwrap, ch->argv, (char *[]){ NULL });
 fail:
 	e = errno ? errno : EIO;
 	(void)!write(ch->report_fd, &e, sizeof(e));
@@ -586,6 +587,7 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 		.uid = s->uid,
 		.gid = s->gid,
 		.hide = s->hide,
+		.env = s->env,
 	};
 	struct escalation esc = { .stage = 0, .next = INFINITY };
 	char status_buf[256] = {}, fdbuf[16];

@@ -19,6 +19,7 @@ from conftest import build_path
 
 RUN = build_path("launcher", "draftbox-run")
 TRY = build_path("tests", "integration", "try-syscall")
+PRELOAD_PROBE = build_path("tests", "integration", "preload-probe.so")
 DRAFTFS = build_path("fs", "draftfs")
 TRY_DEST = "/run/dbx-test/try-syscall"
 

@@ -5,6 +5,7 @@ Each forbidden operation is attempted for real by tests/helpers/try-syscall.c
 inside a real bubblewrap sandbox started by draftbox-run.
 """
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -12,7 +13,7 @@ import time
 
 import pytest
 
-from launchutil import TRY, Box, box, private_uid, procs_of_uid, require_sandbox  # noqa: F401
+from launchutil import PRELOAD_PROBE, TRY, Box, box, private_uid, procs_of_uid, require_sandbox  # noqa: F401
 
 require_sandbox()
 
@@ -209,11 +210,30 @@ def test_environment_is_filtered(box):
             except OSError:
                 continue
             seen += 1
-            assert b"canary" not in environ and b"HARMLESS=visible" in environ
+            # bwrap gets the sandbox's environment as options, and none of its own
+            assert environ == b"", environ
         assert seen >= 1
     finally:
         p.terminate()
         p.wait(timeout=30)
+
+
+def test_loader_variables_reach_only_the_sandboxed_command(box):
+    """--setenv LD_PRELOAD (the API's envs take this road) must not be honoured by
+    bwrap, which runs as root on the host, only by the command in the sandbox."""
+    lib = os.path.join(box.ws, "probe.so")
+    shutil.copy(PRELOAD_PROBE, lib)
+    os.chmod(lib, 0o755)
+    log = os.path.join(box.ws, "preload.log")
+    uid = private_uid()
+    r = box.run(["/usr/bin/true"], *uid, "--setenv", f"LD_PRELOAD={lib}",
+                "--setenv", f"DRAFTBOX_PRELOAD_LOG={log}")
+    assert r.rc == 0, r
+    with open(log) as f:
+        loads = [l.split(" ", 1) for l in f.read().splitlines()]
+    assert loads and all(u != "0" for u, _ in loads), f"loaded as root: {loads}"
+    assert any(exe == "/usr/bin/true" and u == uid[1] for u, exe in loads), "the command honours it"
+    assert not any("bwrap" in exe for _, exe in loads), loads
 
 
 def test_home_and_xdg_are_redirected(box):
