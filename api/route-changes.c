@@ -63,8 +63,12 @@ static enum MHD_Result reply_ctl_error(struct api_request *req, int r, const cJS
 	return api_reply_json(req, status, o);
 }
 
-/* Reads "paths" (optional array of strings) from a JSON body; NULL body: none. Answers 400 on bad input. */
-static int body_paths(struct api_request *req, cJSON **ret_body, char ***ret_paths)
+/*
+ * Reads "paths" (optional array of strings) from a JSON body; NULL body: none. Answers 400 on bad input.
+ * An empty array is refused rather than read as "everything": a client whose filter selected no paths
+ * must not commit or discard the whole session.
+ */
+static int body_paths(struct api_request *req, const char *op, cJSON **ret_body, char ***ret_paths)
 {
 	_cleanup_json_ cJSON *body = NULL;
 	_cleanup_strv_free_ char **paths = NULL;
@@ -81,6 +85,11 @@ static int body_paths(struct api_request *req, cJSON **ret_body, char ***ret_pat
 		}
 		if (r == -ENOMEM)
 			return r;
+		if (r >= 0 && !paths[0]) {
+			api_reply_error(req, 400, API_E_INVALID_REQUEST,
+					"'paths' is empty: name at least one path, or leave 'paths' out to %s everything", op);
+			return -EINVAL;
+		}
 	}
 	*ret_body = TAKE_PTR(body);
 	*ret_paths = TAKE_PTR(paths);
@@ -216,7 +225,7 @@ enum MHD_Result api_handle_commit(struct api_request *req)
 	enum MHD_Result ret;
 	int r;
 
-	r = body_paths(req, &body, &raw);
+	r = body_paths(req, "commit", &body, &raw);
 	if (r < 0)
 		return r == -ENOMEM ? MHD_NO : MHD_YES;
 	if (body && json_get_bool(body, "force", &opts.force) == -EINVAL)
@@ -251,7 +260,7 @@ enum MHD_Result api_handle_discard(struct api_request *req)
 	_cleanup_strv_free_ char **raw = NULL, **paths = NULL;
 	int r;
 
-	r = body_paths(req, &body, &raw);
+	r = body_paths(req, "discard", &body, &raw);
 	if (r < 0)
 		return r == -ENOMEM ? MHD_NO : MHD_YES;
 	s = changes_session(req);

@@ -357,6 +357,20 @@ static int check_refusals(struct commit *cm, cJSON **list)
 }
 
 /*
+ * Paths no *at() call can name (PATH_MAX and longer: the view can hold them,
+ * built one directory at a time). Staging would fail on them half-way, with
+ * directories already made in the target; so they are refused up front.
+ */
+static void check_path_lengths(struct commit *cm, cJSON **list)
+{
+	const struct ovl_changes *c = cm->changes;
+
+	for (size_t i = 0; i < c->n; i++)
+		if (strlen(c->v[i].path) >= PATH_MAX)
+			add_detail(list, c->v[i].path, "path of PATH_MAX (4096) bytes or more");
+}
+
+/*
  * A selected path below an unselected directory that replaced a
  * non-directory cannot be committed alone (the target has a file there).
  * Only the ancestors of the selected paths can be such a directory.
@@ -1359,6 +1373,12 @@ int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, con
 		if (problems) {
 			r = commit_error_paths(ret_error, -EINVAL, "invalid_argument", TAKE_PTR(problems),
 			                       "selection cannot be committed alone");
+			goto out;
+		}
+		check_path_lengths(&cm, &problems);
+		if (problems) {
+			r = commit_error_paths(ret_error, -ENAMETOOLONG, "refused", TAKE_PTR(problems),
+			                       "paths too long to commit");
 			goto out;
 		}
 		check_refusals(&cm, &problems);

@@ -115,6 +115,10 @@ static int dispatch(struct ovl_control *c, const cJSON *req, int passed_fd, cJSO
 	r = json_get_strv(req, "paths", &paths);
 	if (r == -EINVAL)
 		return ovl_ctl_error(ret_error, r, "invalid_argument", NULL, "'paths' must be an array of strings");
+	/* an empty list is a caller's mistake, never "everything" (that is 'paths' left out) */
+	if (r >= 0 && !paths[0] && (strcmp(op, "commit") == 0 || strcmp(op, "discard") == 0))
+		return ovl_ctl_error(ret_error, -EINVAL, "invalid_argument", NULL,
+		                     "'paths' is empty: name at least one path, or leave 'paths' out to %s everything", op);
 
 	if (strcmp(op, "diff") == 0) {
 		enum ovl_diff_format f;

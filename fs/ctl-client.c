@@ -179,7 +179,7 @@ static cJSON *request(const char *op, char *const *paths, cJSON **ret_error)
 	if (!req)
 		return NULL;
 	cJSON_AddStringToObject(req, "op", op);
-	if (paths) {
+	if (paths && paths[0]) { /* NULL or empty: everything, which the protocol spells as no 'paths' */
 		arr = cJSON_AddArrayToObject(req, "paths");
 		for (char *const *p = paths; *p; p++)
 			cJSON_AddItemToArray(arr, cJSON_CreateString(*p));

@@ -28,20 +28,27 @@
 int ovl_ctl_error(cJSON **ret_error, int r, const char *code, cJSON *paths, const char *fmt, ...)
 {
 	_cleanup_json_ cJSON *p = paths;
-	char msg[1024];
+	_cleanup_free_ char *msg = NULL;
 	va_list ap;
 	cJSON *e;
+	int n;
 
 	if (!ret_error)
 		return r;
+	/* on the heap: a message naming a path of PATH_MAX bytes keeps its end (the reason) */
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	n = vasprintf(&msg, fmt, ap);
 	va_end(ap);
+	if (n < 0)
+		return r;
 	if (r < 0 && (strcmp(code, "io") == 0 || strcmp(code, "unavailable") == 0)) {
 		/* system failures say why */
-		size_t l = strlen(msg);
+		char *full = NULL;
 
-		snprintf(msg + l, sizeof(msg) - l, ": %s", strerror(-r));
+		if (asprintf(&full, "%s: %s", msg, strerror(-r)) < 0)
+			return r;
+		free(msg);
+		msg = full;
 	}
 	e = cJSON_CreateObject();
 	if (!e)

@@ -76,6 +76,14 @@ def test_commit_conflict(api):
     assert "draftbox_commit_conflicts_total 1" in c.request("GET", "/metrics").body.decode()
     assert c.request("POST", f"{S}/{sid}/commit", {"force": "yes"}).status == 400
     assert c.request("POST", f"{S}/{sid}/commit", {"paths": "a.txt"}).status == 400
+    # an empty list is a client's mistake, never "everything"
+    c.run_ok(sid, "echo unsaved > c.txt")
+    for op in ("commit", "discard"):
+        r = c.request("POST", f"{S}/{sid}/{op}", {"paths": []})
+        assert r.status == 400 and "empty" in r.json()["message"], r
+    out, _ = c.run_ok(sid, "cat c.txt")
+    assert out.strip() == "unsaved", "a refused discard keeps the change"
+    assert not os.path.exists(os.path.join(ws, "c.txt")), "a refused commit writes nothing"
 
 
 def test_commit_racing_delete(api):

@@ -254,8 +254,74 @@ def test_live_bad_requests(live):
     assert not r["ok"] and "fd" in r["error"]["error"]
     r = call(b'{"op":"commit","paths":"x"}\n')
     assert not r["ok"] and r["error"]["code"] == "invalid_argument"
+    # an empty list is refused, not read as "everything"
+    with open(os.path.join(m.mnt, "keep.txt"), "w") as f:
+        f.write("mine\n")
+    for op in (b"commit", b"discard"):
+        r = call(b'{"op":"' + op + b'","paths":[]}\n')
+        assert not r["ok"] and r["error"]["code"] == "invalid_argument" and "empty" in r["error"]["error"], r
+    with open(os.path.join(m.mnt, "keep.txt")) as f:
+        assert f.read() == "mine\n", "a refused discard changes nothing"
+    assert not os.path.exists(os.path.join(s.lower, "keep.txt")), "a refused commit changes nothing"
     # the daemon is still fine
     assert call(b'{"op":"status"}\n')["ok"]
+
+
+def _chain(root, total, first):
+    """Makes dirs below @root (one at a time, by fd) down to a file whose relative path is @total bytes."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    path, comp = "", (first + "d" * 200)[:200]
+    try:
+        while total - len(path) - (1 if path else 0) > 255:
+            os.mkdir(comp, dir_fd=fd)
+            nfd = os.open(comp, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+            path += ("/" if path else "") + comp
+            comp = "d" * 200
+        name = "x" * (total - len(path) - (1 if path else 0))
+        os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+        return path + "/" + name
+    finally:
+        os.close(fd)
+
+
+def _exists_below(root, rel):
+    """Whether @rel exists below @root, looked up one component at a time (it may exceed PATH_MAX)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        *dirs, name = rel.split("/")
+        for d in dirs:
+            nfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        os.stat(name, dir_fd=fd, follow_symlinks=False)
+        return True
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def test_live_commit_refuses_paths_too_long_and_changes_nothing(live):
+    """The view can hold paths of PATH_MAX bytes and more (made one dir at a time); commit
+    cannot name them, so it refuses before staging, not after making half of the dirs."""
+    s, start = live
+    m = start()
+    ok = _chain(m.mnt, 4095, "A")
+    at_max = _chain(m.mnt, 4096, "B")
+    long = _chain(m.mnt, 6000, "C")
+    assert len(ok) == 4095 and len(at_max) == 4096 and len(long) == 6000
+    lower_before = snapshot(s.lower)
+    p = m.run("commit", check=False)
+    assert p.returncode == 3, p
+    assert "PATH_MAX" in p.stderr and "too long" in p.stderr, p.stderr[-500:]
+    assert snapshot(s.lower) == lower_before, "a refused commit changes nothing"
+    assert {ok, at_max, long} <= set(m.changes())
+    # the path of 4095 bytes is fine on its own
+    m.run("commit", ok.split("/")[0])
+    assert _exists_below(s.lower, ok) and not _exists_below(s.lower, long.split("/")[0])
+    assert list(m.changes()) and all(p[0] in "BC" for p in m.changes())
 
 
 def test_live_kill_during_commit_recovers_at_start(live):
