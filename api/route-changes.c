@@ -40,7 +40,7 @@ static enum MHD_Result reply_ctl_error(struct api_request *req, int r, const cJS
 		else if (!strcmp(code, "conflict"))
 			status = 409, api_code = API_E_CONFLICT;
 		else if (!strcmp(code, "refused"))
-			status = 422, api_code = "COMMIT_REFUSED";
+			status = 422, api_code = !strcmp(what, "diff") ? "DIFF_REFUSED" : "COMMIT_REFUSED";
 		else if (!strcmp(code, "busy") || !strcmp(code, "unavailable"))
 			status = 503, api_code = API_E_UNAVAILABLE;
 	} else if (r == -ENOSPC || r == -EDQUOT) {

@@ -76,7 +76,9 @@ int ovl_op_diff(const struct ovl_ctl_env *env, enum ovl_diff_format format, char
 		r = ovl_patch_write(env, c, out_fd, skipped);
 		break;
 	case OVL_DIFF_TAR:
-		r = ovl_layertar_write(env, c, out_fd);
+		r = ovl_layertar_write(env, c, out_fd, ret_error);
+		if (r < 0)
+			return r;
 		break;
 	default:
 		r = -EINVAL;

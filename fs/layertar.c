@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "ctl-data.h"
+#include "ctl-util.h"
 #include "fdpath.h"
 #include "layertar.h"
 #include "prefetch.h"
@@ -36,6 +37,7 @@ struct tarw {
 	int tmp_dir_fd;
 	char buf[65536];
 	size_t len;
+	char *unrepresentable; /* the first name a layer cannot hold (see write_upper_entry) */
 };
 
 static int flush(struct tarw *t)
@@ -268,6 +270,16 @@ static int write_upper_entry(struct tarw *t, int dir_fd, const char *name, const
 	struct stat snap;
 	int r;
 
+	/*
+	 * A real file named ".wh.X" would read as a whiteout of X (".wh..wh..opq" as
+	 * an opaque marker) to every applier: the layer would delete what the view
+	 * keeps. OCI layers have no escape for it, so the tar refuses such a name.
+	 */
+	if (strncmp(name, ".wh.", 4) == 0) {
+		if (!t->unrepresentable)
+			t->unrepresentable = strdup(path);
+		return -EILSEQ;
+	}
 	if (!S_ISLNK(st->st_mode)) {
 		r = ovl_list_xattrs_at(dir_fd, name, &xattrs);
 		if (r < 0)
@@ -359,7 +371,7 @@ static int write_subtree(struct tarw *t, int dir_fd, const char *dirpath, unsign
 	return 0;
 }
 
-int ovl_layertar_write(const struct ovl_ctl_env *env, const struct ovl_changes *c, int fd)
+int ovl_layertar_write(const struct ovl_ctl_env *env, const struct ovl_changes *c, int fd, cJSON **ret_error)
 {
 	static const char zero[1024];
 	_cleanup_(ovl_prefetch_stopp) struct ovl_prefetch *prefetch = NULL;
@@ -434,6 +446,18 @@ int ovl_layertar_write(const struct ovl_ctl_env *env, const struct ovl_changes *
 		r = put(t, zero, sizeof(zero));
 	if (r >= 0)
 		r = flush(t);
+	if (r == -EILSEQ && t->unrepresentable) {
+		cJSON *bad = cJSON_CreateArray();
+
+		if (bad)
+			cJSON_AddItemToArray(bad, cJSON_CreateString(t->unrepresentable));
+		r = ovl_ctl_error(ret_error, r, "refused", bad,
+		                  "'%s' cannot be in an OCI layer: a name starting with '.wh.' is a whiteout there "
+		                  "(the json and patch diffs show it)", t->unrepresentable);
+	} else if (r < 0) {
+		r = ovl_ctl_error(ret_error, r, "io", NULL, "cannot write the tar diff");
+	}
+	free(t->unrepresentable);
 	free(t);
 	return r;
 }

@@ -10,5 +10,8 @@
 
 #include "diff.h"
 
-/* Writes the layer tar of @c to @fd (content read from @env's layers). Returns 0 or -errno. */
-int ovl_layertar_write(const struct ovl_ctl_env *env, const struct ovl_changes *c, int fd);
+/*
+ * Writes the layer tar of @c to @fd (content read from @env's layers). Returns 0, or -errno
+ * and *ret_error: "refused" for a name the format cannot hold (a file named ".wh.*"), "io".
+ */
+int ovl_layertar_write(const struct ovl_ctl_env *env, const struct ovl_changes *c, int fd, cJSON **ret_error);

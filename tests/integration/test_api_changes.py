@@ -84,6 +84,11 @@ def test_commit_conflict(api):
     out, _ = c.run_ok(sid, "cat c.txt")
     assert out.strip() == "unsaved", "a refused discard keeps the change"
     assert not os.path.exists(os.path.join(ws, "c.txt")), "a refused commit writes nothing"
+    # a file named .wh.* has no form in an OCI layer: the tar diff refuses it, naming it
+    c.run_ok(sid, "echo x > .wh.a.txt")
+    r = c.request("GET", f"{S}/{sid}/diff", query={"format": "tar"})
+    assert r.status == 422 and r.json()["code"] == "DIFF_REFUSED" and r.json()["paths"] == [".wh.a.txt"], r
+    assert c.request("GET", f"{S}/{sid}/diff", query={"format": "json"}).status == 200
 
 
 def test_commit_racing_delete(api):

@@ -327,3 +327,39 @@ def test_git_patch_without_libgit2(session):
     p = subprocess.run(hide + ["--format", "json"], capture_output=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert {c["path"] for c in json.loads(p.stdout)["changes"]} == set(session.changes())
+
+
+def test_oci_tar_refuses_names_that_read_as_whiteouts(session):
+    """A file named .wh.X would delete X in every applier, and .wh..wh..opq would make
+    its dir opaque: the tar diff refuses such names, naming the path."""
+    with open(os.path.join(session.lower, "important"), "w") as f:
+        f.write("keep\n")
+    os.makedirs(os.path.join(session.lower, "d"))
+    with open(os.path.join(session.lower, "d", "lower-file"), "w") as f:
+        f.write("lower\n")
+
+    def add_fake_whiteout(m):
+        with open(os.path.join(m, ".wh.important"), "w") as f:
+            f.write("a file, not a whiteout\n")
+    session.change(add_fake_whiteout)
+    p = session.run("diff", "--format", "tar", check=False, binary=True)
+    err = p.stderr
+    assert p.returncode == 3 and "'.wh.important'" in err and "OCI layer" in err, (p.returncode, err)
+    assert session.changes()[".wh.important"]["status"] == "added", "the json diff shows it as it is"
+    assert "important" not in session.changes()
+
+    def opaque_with_fake_marker(m):
+        os.unlink(os.path.join(m, ".wh.important"))
+        shutil.rmtree(os.path.join(m, "d"))
+        os.mkdir(os.path.join(m, "d"))  # an opaque dir: its whole upper subtree goes in the tar
+        with open(os.path.join(m, "d", ".wh..wh..opq"), "w") as f:
+            f.write("a file\n")
+    session.change(opaque_with_fake_marker)
+    p = session.run("diff", "--format", "tar", check=False, binary=True)
+    assert p.returncode == 3 and "'d/.wh..wh..opq'" in p.stderr, (p.returncode, p.stderr)
+
+    def rename_it(m):
+        os.rename(os.path.join(m, "d", ".wh..wh..opq"), os.path.join(m, "d", "marker"))
+    session.change(rename_it)
+    p = session.run("diff", "--format", "tar", binary=True)
+    assert p.returncode == 0 and b"d/.wh..wh..opq" in p.stdout and b"d/marker" in p.stdout
