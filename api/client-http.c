@@ -324,6 +324,13 @@ static int parse_head(struct http_response *r)
 			if (strcasecmp(v, "chunked") != 0)
 				return -EPROTO; /* nothing else is used by our server */
 			r->chunked = true;
+		} else if (strcasecmp(line, "Draftbox-Patch-Skipped") == 0) {
+			char *end;
+
+			errno = 0;
+			r->patch_skipped = strtoll(v, &end, 10);
+			if (errno || end == v || *end || r->patch_skipped < 0)
+				return -EPROTO;
 		} else if (strcasecmp(line, "Content-Type") == 0) {
 			free(r->content_type);
 			r->content_type = strdup(v);
@@ -344,7 +351,7 @@ static int parse_head(struct http_response *r)
 int http_request(const struct http_url *url, const char *method, const char *target, char *const *headers,
 		 const struct http_body_part *parts, size_t n_parts, struct http_response *ret)
 {
-	struct http_response r = { .fd = -1 };
+	struct http_response r = { .fd = -1, .patch_skipped = -1 };
 	_cleanup_free_ char *head = NULL, *extra = NULL;
 	uint64_t total = 0;
 	size_t extra_len = 0;

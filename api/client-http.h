@@ -48,6 +48,7 @@ struct http_response {
 	int fd;                 /* the connection; owned */
 	unsigned status;
 	char *content_type;     /* or NULL */
+	long long patch_skipped; /* Draftbox-Patch-Skipped (changes a patch diff left out), -1 if absent */
 	bool chunked;
 	bool has_length;
 	uint64_t length;        /* Content-Length when has_length */

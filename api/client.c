@@ -800,6 +800,7 @@ static int cmd_diff(struct client *c, int argc, char **argv)
 	_cleanup_close_ int out_fd = -1;
 	struct http_response resp = { .fd = -1 };
 	const char *format = "json", *output = NULL, *id;
+	long long skipped = -1;
 	size_t qlen = 0;
 	char buf[65536];
 	FILE *f;
@@ -886,11 +887,15 @@ static int cmd_diff(struct client *c, int argc, char **argv)
 		if (r < 0)
 			break;
 	}
+	skipped = resp.patch_skipped;
 	http_response_done(&resp);
 	if (r < 0) {
 		client_error(c, "cannot copy the diff: %s", strerror(-r));
 		return r;
 	}
+	if (skipped > 0)
+		fprintf(stderr, "draftbox: %lld change%s git cannot hold (.git paths, devices, FIFOs, sockets) "
+			"left out of the patch; --json lists every change\n", skipped, skipped == 1 ? "" : "s");
 	return 0;
 }
 

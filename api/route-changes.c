@@ -19,6 +19,8 @@
 #if API_HAVE_CTL
 #include "ctl-client.h"
 
+#define PATCH_SKIPPED_HEADER "Draftbox-Patch-Skipped"
+
 /* Answers a control-plane failure with its mapped status and code; conflicts list their paths. */
 static enum MHD_Result reply_ctl_error(struct api_request *req, int r, const cJSON *e, const char *what)
 {
@@ -212,6 +214,15 @@ enum MHD_Result api_handle_diff(struct api_request *req)
 		return MHD_NO;
 	fd = -1; /* the response owns it */
 	MHD_add_response_header(resp, "Content-Type", ctype);
+	if (format == OVL_DIFF_PATCH) {
+		/* what git cannot hold (.git components, devices, FIFOs) is left out: say how much */
+		const cJSON *skipped = result ? cJSON_GetObjectItemCaseSensitive(result, "skipped") : NULL;
+		char n[32];
+
+		snprintf(n, sizeof(n), "%d", cJSON_IsArray(skipped) ? cJSON_GetArraySize(skipped) : 0);
+		MHD_add_response_header(resp, PATCH_SKIPPED_HEADER, n);
+		MHD_add_response_header(resp, "Access-Control-Expose-Headers", PATCH_SKIPPED_HEADER);
+	}
 	return api_reply_response(req, 200, resp);
 }
 

@@ -29,6 +29,7 @@ def test_diff_commit_discard(api):
     p = c.request("GET", f"{S}/{sid}/diff", query={"format": "patch", "path": "a.txt"})
     assert p.status == 200
     assert b"+changed" in p.body and b"b.txt" not in p.body
+    assert p.header("Draftbox-Patch-Skipped") == "0"
 
     t = c.request("GET", f"{S}/{sid}/diff", query={"format": "tar"})
     assert t.status == 200
@@ -89,6 +90,11 @@ def test_commit_conflict(api):
     r = c.request("GET", f"{S}/{sid}/diff", query={"format": "tar"})
     assert r.status == 422 and r.json()["code"] == "DIFF_REFUSED" and r.json()["paths"] == [".wh.a.txt"], r
     assert c.request("GET", f"{S}/{sid}/diff", query={"format": "json"}).status == 200
+    # what git cannot hold is left out of the patch, and the header says so
+    c.run_ok(sid, "mkdir -p sub/.git && echo x > sub/.git/config && echo y > sub/kept")
+    p = c.request("GET", f"{S}/{sid}/diff", query={"format": "patch", "path": "sub"})
+    assert p.status == 200 and b"sub/kept" in p.body and b".git/config" not in p.body
+    assert p.header("Draftbox-Patch-Skipped") == "2", p  # sub/.git and sub/.git/config
 
 
 def test_commit_racing_delete(api):

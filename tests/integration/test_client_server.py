@@ -64,6 +64,12 @@ def test_client_workflow(api):  # noqa: F811
         with tarfile.open(out) as t:
             names = t.getnames()
         assert any(n.rstrip("/").endswith("src/app.py") for n in names), names
+    r = dbx("diff", sid, "src", "--patch")
+    assert b"left out" not in r.stderr, r.stderr
+    dbx("run", sid, "--", "sh", "-c", "mkdir -p docs/.git && echo ref > docs/.git/HEAD")
+    r = dbx("diff", sid, "docs", "--patch")
+    assert b"docs/readme.txt" in r.stdout and b".git/HEAD" not in r.stdout
+    assert b"2 changes git cannot hold" in r.stderr and b"--json" in r.stderr, r.stderr
 
     # commit one path, discard the rest
     r = dbx("commit", sid, f"{ws}/src/app.py")
