@@ -37,18 +37,18 @@
 #include "macro.h"
 
 /* Bump when the rule code below changes in a way the tables do not show. */
-#define RULES_VERSION "draftbox-seccomp-3"
+#define RULES_VERSION "draftbox-seccomp-4"
 
 
 /* Allowed without conditions in both profiles. */
 static const char *const allow_common[] = {
 	"accept", "accept4", "access", "alarm", "arch_prctl", "bind", "brk", "cachestat",
-	"capget", "capset", "chdir", "chmod", "chown", "clock_getres", "clock_gettime",
-	"clock_nanosleep", "close", "close_range", "connect", "copy_file_range", "creat",
+	"capget", "capset", "chdir", "chown", "clock_getres", "clock_gettime",
+	"clock_nanosleep", "close", "close_range", "connect", "copy_file_range", 
 	"dup", "dup2", "dup3", "epoll_create", "epoll_create1", "epoll_ctl", "epoll_pwait",
 	"epoll_pwait2", "epoll_wait", "eventfd", "eventfd2", "execve", "execveat", "exit",
-	"exit_group", "faccessat", "faccessat2", "fadvise64", "fallocate", "fchdir", "fchmod",
-	"fchmodat", "fchmodat2", "fchown", "fchownat", "fcntl", "fdatasync", "fgetxattr",
+	"exit_group", "faccessat", "faccessat2", "fadvise64", "fallocate", "fchdir", 
+	"fchown", "fchownat", "fcntl", "fdatasync", "fgetxattr",
 	"flistxattr", "flock", "fork", "fremovexattr", "fsetxattr", "fstat", "fstatfs", "fsync",
 	"ftruncate", "futex", "futex_requeue", "futex_wait", "futex_waitv", "futex_wake",
 	"futimesat", "getcpu", "getcwd", "getdents", "getdents64", "getegid", "geteuid",
@@ -61,10 +61,10 @@ static const char *const allow_common[] = {
 	"landlock_create_ruleset", "landlock_restrict_self", "lchown", "lgetxattr", "link",
 	"linkat", "listen", "listxattr", "llistxattr", "lremovexattr", "lseek", "lsetxattr",
 	"lstat", "madvise", "map_shadow_stack", "membarrier", "memfd_create", "mincore",
-	"mkdir", "mkdirat", "mknod", "mknodat", "mlock", "mlock2", "mlockall", "mmap",
+	"mkdir", "mkdirat", "mlock", "mlock2", "mlockall", "mmap",
 	"mprotect", "mq_getsetattr", "mq_notify", "mq_open", "mq_timedreceive", "mq_timedsend",
 	"mq_unlink", "mremap", "msgctl", "msgget", "msgrcv", "msgsnd", "msync", "munlock",
-	"munlockall", "munmap", "nanosleep", "newfstatat", "open", "openat", "openat2",
+	"munlockall", "munmap", "nanosleep", "newfstatat", 
 	"pause", "pidfd_open", "pidfd_send_signal", "pipe", "pipe2", "pkey_alloc", "pkey_free",
 	"pkey_mprotect", "poll", "ppoll", "prctl", "pread64", "preadv", "preadv2", "prlimit64",
 	"pselect6", "pwrite64", "pwritev", "pwritev2", "read", "readahead", "readlink",
@@ -79,7 +79,7 @@ static const char *const allow_common[] = {
 	"setfsgid", "setfsuid", "setgid", "setgroups", "setitimer", "setpgid", "setpriority",
 	"setregid", "setresgid", "setresuid", "setreuid", "setrlimit", "set_robust_list",
 	"setsid", "setsockopt", "set_tid_address", "setuid", "setxattr", "shmat", "shmctl",
-	"shmdt", "shmget", "shutdown", "sigaltstack", "signalfd", "signalfd4", "socketpair",
+	"shmdt", "shmget", "shutdown", "sigaltstack", "signalfd", "signalfd4", 
 	"splice", "stat", "statfs", "statx", "symlink", "symlinkat", "sync", "sync_file_range",
 	"syncfs", "sysinfo", "tee", "tgkill", "time", "timer_create", "timer_delete",
 	"timer_getoverrun", "timer_gettime", "timer_settime", "timerfd_create",
@@ -151,26 +151,79 @@ static int build(scmp_filter_ctx ctx, enum launch_profile profile, bool share_ne
 		return r;
 
 	/*
-	 * ioctl: everything except TIOCSTI (0x5412) and TIOCLINUX (0x541c),
-	 * compared on the low 32 bits only (the kernel truncates the command
-	 * to an unsigned int, so high bits must not let a caller slip past).
+	 * ioctl: everything except TIOCSTI (0x5412) and TIOCLINUX (0x541c). The
+	 * kernel truncates the command to an unsigned int, and libseccomp's
+	 * SCMP_A1_32 only truncates the datum (LT/GT still compare 64 bits, so
+	 * 0x100005412 passed a "GT TIOCLINUX" rule). So only masked equality
+	 * with masks inside the low 32 bits: a command is allowed if one of the
+	 * bits outside 0xe differs from 0x5410 (the two denied numbers agree
+	 * there), or it is one of the six others of the form 0x5410 | 0xe.
 	 */
 	{
-		const struct scmp_arg_cmp ranges[] = {
-			SCMP_A1_32(SCMP_CMP_LT, TIOCSTI),
-			SCMP_A1_32(SCMP_CMP_GT, TIOCLINUX),
-			SCMP_A1_32(SCMP_CMP_EQ, TIOCSTI + 1),
-			SCMP_A1_32(SCMP_CMP_MASKED_EQ, 0xfffffffcu, TIOCSTI + 2),
-			SCMP_A1_32(SCMP_CMP_MASKED_EQ, 0xfffffffcu, TIOCSTI + 6),
-		};
-		_Static_assert(TIOCSTI + 2 == 0x5414 && TIOCLINUX == TIOCSTI + 10, "tty ioctl numbers");
+		const uint32_t base = 0x5410, free_bits = 0xe;
 
-		for (size_t i = 0; i < ARRAY_SIZE(ranges); i++) {
-			r = seccomp_rule_add_array(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1, &ranges[i]);
+		_Static_assert(TIOCSTI == 0x5412 && TIOCLINUX == 0x541c, "tty ioctl numbers");
+		for (unsigned b = 0; b < 32; b++) {
+			uint32_t bit = 1u << b;
+
+			if (bit & free_bits)
+				continue;
+			r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
+					     SCMP_A1(SCMP_CMP_MASKED_EQ, bit, (~base) & bit));
+			if (r < 0)
+				return r;
+		}
+		for (uint32_t v = base; v <= (base | free_bits); v += 2) {
+			if (v == TIOCSTI || v == TIOCLINUX)
+				continue;
+			r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
+					     SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, v));
 			if (r < 0)
 				return r;
 		}
 	}
+
+	/*
+	 * No set-user/group-ID bits: in rw mode (and in exposed rw dirs, the home
+	 * dir, balanced's host /tmp) a file the sandbox marks 04755 is a setuid
+	 * program on the host, owned by the pool uid or, through the ID mapping,
+	 * by the workspace owner, that any host user could run. A mode argument
+	 * with S_ISUID or S_ISGID is EPERM (open/openat only when they create).
+	 * openat2 hides its mode in memory: ENOSYS, and libc and tools fall back.
+	 */
+	{
+		static const struct {
+			const char *name;
+			unsigned mode_arg, flags_arg; /* flags_arg 0: the mode always counts */
+		} setid[] = {
+			{ "chmod", 1, 0 },   { "fchmod", 1, 0 },  { "fchmodat", 2, 0 }, { "fchmodat2", 2, 0 },
+			{ "creat", 1, 0 },   { "mknod", 1, 0 },   { "mknodat", 2, 0 },  { "open", 2, 1 },
+			{ "openat", 3, 2 },
+		};
+		const uint64_t creating = O_CREAT | (O_TMPFILE & ~O_DIRECTORY);
+
+		for (size_t i = 0; i < ARRAY_SIZE(setid); i++) {
+			int nr = seccomp_syscall_resolve_name(setid[i].name);
+
+			if (nr == __NR_SCMP_ERROR)
+				continue;
+			r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1,
+					     SCMP_CMP(setid[i].mode_arg, SCMP_CMP_MASKED_EQ, S_ISUID | S_ISGID, 0));
+			if (r >= 0 && setid[i].flags_arg)
+				r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1,
+						     SCMP_CMP(setid[i].flags_arg, SCMP_CMP_MASKED_EQ, creating, 0));
+			if (r < 0)
+				return r;
+		}
+		r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(openat2), 0);
+		if (r < 0)
+			return r;
+	}
+
+	/* socketpair: AF_UNIX only (other families would reach their kernel code, or load a module) */
+	r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socketpair), 1, SCMP_A0_32(SCMP_CMP_EQ, AF_UNIX));
+	if (r < 0)
+		return r;
 
 	/* socket: AF_UNIX always, AF_INET/AF_INET6 only with the host network */
 	for (size_t d = 0; d < ARRAY_SIZE(domains); d++) {

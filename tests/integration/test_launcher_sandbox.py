@@ -7,6 +7,7 @@ inside a real bubblewrap sandbox started by draftbox-run.
 import os
 import shutil
 import signal
+import stat
 import socket
 import subprocess
 import time
@@ -283,3 +284,44 @@ def test_helper_fds_are_out_of_reach(box):
                 mode="ro")
     assert b"LISTED" not in r.stdout and b"READ" not in r.stdout, r
     assert r.json["exit_code"] == 0
+
+
+def test_tty_ioctls_are_refused_whatever_the_high_bits(box):
+    """The kernel reads an ioctl command as 32 bits: 0x100005412 is TIOCSTI. The helper
+    issues them on /dev/null, so past the filter the answer would be ENOTTY, not EPERM."""
+    for name in ("tiocsti-high-all", "tioclinux-high"):
+        r = box.run([TRY, name], mode="ro")
+        assert r.rc == 1 and b"errno=EPERM" in r.stdout, (name, r)
+    # a neighbour with high bits still passes the filter (and the kernel says ENOTTY)
+    r = box.run([TRY, "tiocnotty-high"], mode="ro")
+    assert r.rc == 1 and b"errno=ENOTTY" in r.stdout, r
+
+
+def test_no_setid_bits_on_host_files(box):
+    """In rw mode the sandbox writes host files: a setuid file there would run as its
+    owner for any host user. Modes with S_ISUID/S_ISGID are refused; others work."""
+    script = "\n".join([
+        "import os, socket",
+        "os.chdir(os.environ['WS'])",
+        "open('f', 'w').close()",
+        "def t(what, fn):",
+        "    try:",
+        "        fn(); print(what, 'ok')",
+        "    except OSError as e:",
+        "        print(what, e.errno)",
+        "t('chmod755', lambda: os.chmod('f', 0o755))",
+        "t('chmod4755', lambda: os.chmod('f', 0o4755))",
+        "t('chmod2755', lambda: os.chmod('f', 0o2755))",
+        "t('sticky', lambda: os.chmod('f', 0o1777))",
+        "t('creat4755', lambda: os.close(os.open('g', os.O_CREAT | os.O_WRONLY, 0o4755)))",
+        "t('open-odd-mode', lambda: os.close(os.open('f', os.O_RDONLY, 0o7777)))",
+        "t('socketpair-unix', lambda: socket.socketpair(socket.AF_UNIX))",
+        "t('socketpair-inet', lambda: socket.socketpair(socket.AF_INET))",
+    ])
+    r = box.run(["python3", "-c", script], *private_uid(), "--setenv", f"WS={box.ws}")
+    assert r.rc == 0, r
+    got = dict(l.split() for l in r.stdout.decode().splitlines())
+    assert got == {"chmod755": "ok", "chmod4755": "1", "chmod2755": "1", "sticky": "ok", "creat4755": "1",
+                   "open-odd-mode": "ok", "socketpair-unix": "ok", "socketpair-inet": "1"}, got
+    for name in os.listdir(box.ws):
+        assert not os.lstat(os.path.join(box.ws, name)).st_mode & (stat.S_ISUID | stat.S_ISGID), name
