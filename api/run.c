@@ -22,9 +22,12 @@
 #include <unistd.h>
 
 #include "fdpath.h"
+#include "launch.h"
 #include "log.h"
 #include "run.h"
 #include "spawn.h"
+
+extern char **environ;
 
 #define LINE_MAX_BYTES (64 * 1024)
 #define CANCEL_KILL_MS 8000     /* SIGKILL the launcher's group this long after a cancel */
@@ -125,6 +128,31 @@ static char *join_keys(char **keys)
 	return s;
 }
 
+/*
+ * The environment draftbox-run starts with: ours, plus the request's variables as
+ * LAUNCH_SETENV_PREFIX0=K=V, ... (read by --setenv-from-env). A root process's
+ * environment is readable only by root; its command line, by every host user.
+ * Returns a new vector or NULL.
+ */
+static char **run_environ(const struct api_run_request *rq)
+{
+	_cleanup_strv_free_ char **env = NULL;
+	unsigned i = 0;
+
+	for (char **e = environ; e && *e; e++)
+		if (strncmp(*e, LAUNCH_SETENV_PREFIX, sizeof(LAUNCH_SETENV_PREFIX) - 1) != 0 && strv_push(&env, *e) < 0)
+			return NULL;
+	for (char **e = rq->envs; e && *e; e++, i++) {
+		_cleanup_free_ char *kv = NULL;
+
+		if (asprintf(&kv, LAUNCH_SETENV_PREFIX "%u=%s", i, *e) < 0 || strv_push(&env, kv) < 0)
+			return NULL;
+	}
+	if (!env)
+		env = calloc(1, sizeof(char *));
+	return TAKE_PTR(env);
+}
+
 /* The draftbox-run command line of one run. Returns a new vector or NULL. */
 static char **build_argv(struct api_session *s, const struct api_run_request *rq, unsigned timeout)
 {
@@ -182,8 +210,9 @@ static char **build_argv(struct api_session *s, const struct api_run_request *rq
 	 */
 	if (strcmp(s->env_mode, "allow") != 0)
 		arg(&a, "--env-deny"), arg(&a, "ASAN_OPTIONS,LSAN_OPTIONS,UBSAN_OPTIONS,MSAN_OPTIONS,TSAN_OPTIONS");
-	for (char **e = rq->envs; e && *e; e++)
-		arg(&a, "--setenv"), arg(&a, *e);
+	/* the request's variables go by our environment (run_environ), not on a command line anyone can read */
+	if (rq->envs && rq->envs[0])
+		arg(&a, "--setenv-from-env");
 	if (timeout)
 		arg(&a, "--timeout"), argf(&a, "%u", timeout);
 	arg(&a, "--stdin-fd"), arg(&a, "0");
@@ -341,6 +370,22 @@ static int open_run_log(struct api_run *run)
 	return run->log_fd < 0 ? -errno : 0;
 }
 
+/* Removes the log of a run the session no longer keeps (it is not reachable any more; readers keep their fd). */
+static void remove_run_log(struct api_run *run)
+{
+	_cleanup_close_ int dfd = -1;
+	char name[64];
+
+	if (run->log_fd < 0)
+		return;
+	dfd = openat(run->s->srv->sessions_fd, run->s->id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return;
+	snprintf(name, sizeof(name), "runs/%s.log", run->id);
+	if (unlinkat(dfd, name, 0) < 0 && errno != ENOENT)
+		log_warning_errno(-errno, "session %s: cannot remove the log of run %s", run->s->id, run->id);
+}
+
 static int new_run_id(char buf[40])
 {
 	unsigned char b[16];
@@ -358,7 +403,7 @@ int api_run_start(struct api_session *s, const struct api_run_request *rq, struc
 {
 	const struct api_config *cfg = s->srv->cfg;
 	struct api_run *run;
-	_cleanup_strv_free_ char **argv = NULL;
+	_cleanup_strv_free_ char **argv = NULL, **envp = NULL;
 	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, errp[2] = { -1, -1 }, js[2] = { -1, -1 };
 	unsigned timeout;
 	int r;
@@ -401,7 +446,8 @@ int api_run_start(struct api_session *s, const struct api_run_request *rq, struc
 		}
 	}
 	argv = build_argv(s, rq, timeout);
-	if (!argv) {
+	envp = run_environ(rq);
+	if (!argv || !envp) {
 		r = api_error_set(err, -ENOMEM, 500, API_E_RUNTIME, "out of memory");
 		goto fail;
 	}
@@ -413,7 +459,7 @@ int api_run_start(struct api_session *s, const struct api_run_request *rq, struc
 	/* fd 3 in the launcher is the JSON result pipe (--json-fd 3) */
 	api_mount_gate_setup_begin();
 	run->in_setup = true;
-	r = api_spawn_full((const char *const *)argv, in[0], out[1], run->stream_stderr ? errp[1] : out[1], js[1],
+	r = api_spawn_full((const char *const *)argv, envp, in[0], out[1], run->stream_stderr ? errp[1] : out[1], js[1],
 			   true, &run->pid);
 	if (r < 0) {
 		setup_done(run);
@@ -459,6 +505,8 @@ int api_run_start(struct api_session *s, const struct api_run_request *rq, struc
 			}
 		}
 		pthread_mutex_unlock(&s->lock);
+		if (old)
+			remove_run_log(old);
 		api_run_unref(old);
 	}
 	log_debug("session %s: run %s started (pid %d%s)", s->id, run->id, (int)run->pid,

@@ -25,8 +25,8 @@ static void child_fail(int err_pipe)
 	_exit(127);
 }
 
-int api_spawn_full(const char *const *argv, int in_fd, int out_fd, int err_fd, int keep_fd, bool new_session,
-		   pid_t *ret_pid)
+int api_spawn_full(const char *const *argv, char *const *envp, int in_fd, int out_fd, int err_fd, int keep_fd,
+		   bool new_session, pid_t *ret_pid)
 {
 	int err_pipe[2], e = 0;
 	ssize_t n;
@@ -70,7 +70,10 @@ int api_spawn_full(const char *const *argv, int in_fd, int out_fd, int err_fd, i
 			for (int fd = nfds; fd < 4096; fd++)
 				if (fd != err_pipe[1])
 					fcntl(fd, F_SETFD, FD_CLOEXEC);
-		execv(argv[0], (char *const *)argv);
+		if (envp)
+			execve(argv[0], (char *const *)argv, envp);
+		else
+			execv(argv[0], (char *const *)argv);
 		child_fail(err_pipe[1]);
 	}
 	close(err_pipe[1]);

@@ -10,14 +10,14 @@
 #include <sys/types.h>
 
 /*
- * Starts @argv[0] with @argv. @in_fd/@out_fd/@err_fd become fds 0/1/2 (-1:
- * /dev/null); @keep_fd (-1: none) becomes fd 3; everything else is closed. With @new_session the child
- * calls setsid() so its process group can be signalled as a whole.
+ * Starts @argv[0] with @argv and the environment @envp (NULL: ours). @in_fd/@out_fd/@err_fd become
+ * fds 0/1/2 (-1: /dev/null); @keep_fd (-1: none) becomes fd 3; everything else is closed. With
+ * @new_session the child calls setsid() so its process group can be signalled as a whole.
  * Returns 0 and *ret_pid, or -errno.
  */
-int api_spawn_full(const char *const *argv, int in_fd, int out_fd, int err_fd, int keep_fd, bool new_session,
-		   pid_t *ret_pid);
-#define api_spawn(argv, in, out, err, sess, ret) api_spawn_full(argv, in, out, err, -1, sess, ret)
+int api_spawn_full(const char *const *argv, char *const *envp, int in_fd, int out_fd, int err_fd, int keep_fd,
+		   bool new_session, pid_t *ret_pid);
+#define api_spawn(argv, in, out, err, sess, ret) api_spawn_full(argv, NULL, in, out, err, -1, sess, ret)
 
 /*
  * Starts @argv as a daemon that is not our child (double fork, setsid): it

@@ -215,6 +215,27 @@ static int parse_fd(const char *s, int *ret)
 	return 0;
 }
 
+/* --setenv-from-env: LAUNCH_SETENV_PREFIX0=K=V, ... in order, until a number is missing. */
+static int setenv_from_env(struct launch_config *c)
+{
+	for (unsigned i = 0;; i++) {
+		char name[sizeof(LAUNCH_SETENV_PREFIX) + 12];
+		const char *v, *eq;
+		int r;
+
+		snprintf(name, sizeof(name), LAUNCH_SETENV_PREFIX "%u", i);
+		v = getenv(name);
+		if (!v)
+			return 0;
+		eq = strchr(v, '=');
+		if (!eq || eq == v)
+			return bad_usage("bad %s (K=V expected)", name);
+		r = strv_push(&c->setenv, v);
+		if (r < 0)
+			return r;
+	}
+}
+
 /* Stores a normalized absolute path from an option, or logs why not. */
 static int set_path(char **field, const char *opt, const char *value)
 {
@@ -247,7 +268,7 @@ static void usage(void)
 	       "  --allow PREFIX, --allow-file FILE   expose allowlist\n"
 	       "  --state-dir DIR, --runtime-dir DIR\n"
 	       "  --uid N --gid N | --uid-pool LO-HI [--uid-wait SEC]\n"
-	       "  --env-deny K,.. --env-allow K,.. --setenv K=V --home-dir DIR\n"
+	       "  --env-deny K,.. --env-allow K,.. --setenv K=V --setenv-from-env --home-dir DIR\n"
 	       "  --timeout SEC --grace SEC --memory BYTES --pids N --cpu CORES\n"
 	       "  --nofile N --fsize BYTES --tmp-size BYTES\n"
 	       "  --stdin-fd N | --input FILE\n"
@@ -260,7 +281,7 @@ enum {
 	OPT_WORKSPACE = 0x100, OPT_MODE, OPT_VIEW, OPT_SESSION_DIR, OPT_KEEP, OPT_WS_DEST, OPT_CWD,
 	OPT_PROFILE, OPT_SHARE_NET, OPT_EXPOSE, OPT_EXTRA_WRITABLE, OPT_ALLOW, OPT_ALLOW_FILE,
 	OPT_STATE_DIR, OPT_RUNTIME_DIR, OPT_BWRAP, OPT_DRAFTFS, OPT_UID, OPT_GID, OPT_UID_POOL,
-	OPT_UID_WAIT, OPT_ENV_DENY, OPT_ENV_ALLOW, OPT_SETENV, OPT_HOME_DIR, OPT_TIMEOUT, OPT_GRACE,
+	OPT_UID_WAIT, OPT_ENV_DENY, OPT_ENV_ALLOW, OPT_SETENV, OPT_SETENV_FROM_ENV, OPT_HOME_DIR, OPT_TIMEOUT, OPT_GRACE,
 	OPT_MEMORY, OPT_PIDS, OPT_CPU, OPT_NOFILE, OPT_FSIZE, OPT_TMP_SIZE, OPT_STDIN_FD, OPT_INPUT,
 	OPT_JSON, OPT_JSON_FD, OPT_PROBE, OPT_VERBOSE, OPT_VERSION, OPT_HELP,
 };
@@ -290,6 +311,7 @@ static const struct option options[] = {
 	{ "env-deny", required_argument, NULL, OPT_ENV_DENY },
 	{ "env-allow", required_argument, NULL, OPT_ENV_ALLOW },
 	{ "setenv", required_argument, NULL, OPT_SETENV },
+	{ "setenv-from-env", no_argument, NULL, OPT_SETENV_FROM_ENV },
 	{ "home-dir", required_argument, NULL, OPT_HOME_DIR },
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 	{ "grace", required_argument, NULL, OPT_GRACE },
@@ -419,6 +441,8 @@ static int parse_one(struct launch_config *c, int opt, const char *v)
 	case OPT_ENV_ALLOW:
 		c->env_allow_mode = true;
 		return launch_strv_push_split(&c->env_allow, v, ',');
+	case OPT_SETENV_FROM_ENV:
+		return setenv_from_env(c);
 	case OPT_SETENV: {
 		const char *eq = strchr(v, '=');
 

@@ -102,6 +102,9 @@ int launch_env_build(const struct launch_config *c, char *const *host, const cha
 			       !match_any(name, (const char *const *)c->env_deny);
 		if (home_root && match_any(name, redirected))
 			pass = false;
+		/* the transport of --setenv-from-env; what it carries is in c->setenv */
+		if (strncmp(name, LAUNCH_SETENV_PREFIX, sizeof(LAUNCH_SETENV_PREFIX) - 1) == 0)
+			pass = false;
 		if (!pass)
 			continue;
 		r = env_put(&env, kv);

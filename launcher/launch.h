@@ -42,6 +42,13 @@ enum launch_profile {
 #define LAUNCH_DEFAULT_TMP_SIZE (256ULL << 20)
 #define LAUNCH_DEFAULT_UID_WAIT 5.0
 
+/*
+ * --setenv-from-env reads the variables to set from our own environment, as
+ * PREFIX0=K=V, PREFIX1=K=V, ... (private to root, unlike a command line that
+ * every host user can read with ps). They never pass into the sandbox as such.
+ */
+#define LAUNCH_SETENV_PREFIX "DRAFTBOX_SETENV_"
+
 /* Where the exec helper is bound inside the sandbox (/run is a tmpfs there). */
 #define LAUNCH_HELPER_DEST "/run/.draftbox-exec"
 /* The ephemeral home root (runs without --home-dir), on the sandbox's /run tmpfs. */

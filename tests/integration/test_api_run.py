@@ -61,6 +61,40 @@ def test_code_on_stdin_and_envs(api):
     assert sum(len(l) for l in lines[1:]) == 200000
 
 
+def test_envs_stay_off_host_command_lines(api):
+    """A run's envs often carry tokens: they must not show up in any host process's
+    command line (every host user can read those with ps), only in the sandbox."""
+    env, srv, c = api
+    sid = c.create(env.workspace())
+    secret = "tok-%d-%s" % (os.getpid(), "q" * 8)
+    res = {}
+    t = threading.Thread(target=lambda: res.setdefault("r", c.run_ok(
+        sid, "echo up > started; sleep 2; echo \"got=$MY_TOKEN\"; env | grep -c '^DRAFTBOX_SETENV_' || true",
+        envs={"MY_TOKEN": secret, "OTHER": "a=b"})))
+    t.start()
+    seen, scanned = [], 0
+    deadline = time.monotonic() + 30
+    while t.is_alive() and time.monotonic() < deadline:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            if b"draftbox-run" in cmd:
+                scanned += 1
+            if secret.encode() in cmd:
+                seen.append(cmd[:200])
+        time.sleep(0.05)
+    t.join()
+    out, last = res["r"]
+    assert scanned > 0, "the launcher was never seen running"
+    assert not seen, seen
+    assert out.splitlines() == [f"got={secret}", "0"], out
+
+
 def test_sandbox_edits_workspace_as_owner(api):
     env, srv, c = api
     ws = env.workspace()
@@ -162,6 +196,27 @@ def test_background_run(api):
     for bad in ("abc", "-1"):
         assert c.request("GET", f"{S}/{sid}/runs/{rid}/logs", query={"cursor": bad}).status == 400
     assert c.request("GET", f"{S}/{sid}/runs/00000000-0000-4000-8000-000000000000").status == 404
+
+
+def test_forgotten_runs_leave_no_logs_behind(api):
+    """A session keeps the last 32 runs; the log of one it forgets goes too, or
+    sandboxed output would fill the state disk outside every quota."""
+    env, srv, c = api
+    sid = c.create(env.workspace())
+    runs_dir = os.path.join(srv.state, "sessions", sid, "runs")
+    ids = []
+    for i in range(36):
+        r = c.request("POST", f"{S}/{sid}/run", {"code": f"echo run {i}", "background": True})
+        assert r.status == 202, r
+        ids.append(r.json()["run_id"])
+        deadline = time.time() + 20
+        while c.request("GET", f"{S}/{sid}/runs/{ids[-1]}").json()["running"] and time.time() < deadline:
+            time.sleep(0.02)
+    logs = sorted(n for n in os.listdir(runs_dir) if n.endswith(".log"))
+    assert len(logs) == 32, logs
+    assert f"{ids[0]}.log" not in logs and f"{ids[-1]}.log" in logs
+    assert c.request("GET", f"{S}/{sid}/runs/{ids[0]}").status == 404
+    assert c.request("GET", f"{S}/{sid}/runs/{ids[-1]}/logs").body == b"run 35\n"
 
 
 def test_delete_stops_background_run_and_run_after_delete(api):
