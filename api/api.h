@@ -100,6 +100,7 @@ struct api_request {
 	struct MHD_Response *pending; /* answer given mid-body, queued once the body is consumed */
 	unsigned pending_status;
 	uint64_t discarded;    /* body bytes thrown away after an early answer */
+	uint64_t uploaded;     /* upload body bytes so far (chunked bodies have no Content-Length to check) */
 	unsigned status;       /* status queued, for metrics */
 	void *upload;          /* streaming upload state (route-files.c) */
 	void (*upload_free)(void *upload);

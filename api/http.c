@@ -128,8 +128,10 @@ enum MHD_Result api_reply_empty(struct api_request *req, unsigned status)
 static enum MHD_Result reply_error_msg(struct api_request *req, unsigned status, const char *code, const char *msg)
 {
 	_cleanup_json_ cJSON *o = cJSON_CreateObject();
+	/* messages quote paths, which are any bytes (and a cut "%.300s" may split a character) */
+	_cleanup_free_ char *clean = json_utf8_sanitize(msg, strlen(msg));
 
-	if (!o || !cJSON_AddStringToObject(o, "code", code) || !cJSON_AddStringToObject(o, "message", msg))
+	if (!o || !clean || !cJSON_AddStringToObject(o, "code", code) || !cJSON_AddStringToObject(o, "message", clean))
 		return MHD_NO;
 	if (!strcmp(code, API_E_QUOTA))
 		api_metric_inc(req->srv->metrics.quota_exceeded);
@@ -167,6 +169,10 @@ cJSON *api_request_json(struct api_request *req)
 	}
 	if (strlen(req->body) != req->body_len) {
 		api_reply_error(req, 400, API_E_INVALID_REQUEST, "request body contains a NUL byte");
+		return NULL;
+	}
+	if (json_text_has_escaped_nul(req->body, req->body_len)) {
+		api_reply_error(req, 400, API_E_INVALID_REQUEST, "request body holds a \\u0000 (NUL) in a string");
 		return NULL;
 	}
 	o = cJSON_ParseWithLengthOpts(req->body, req->body_len, &end, false);
@@ -359,6 +365,10 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 			return MHD_YES;
 		}
 		if (req->route->upload) {
+			req->uploaded += n;
+			if (req->uploaded > srv->cfg->max_upload)
+				return api_reply_error(req, 413, API_E_TOO_LARGE, "upload over %llu bytes",
+						       (unsigned long long)srv->cfg->max_upload);
 			if (req->route->upload(req, upload_data, n) < 0 && !req->answered)
 				return api_reply_error(req, 500, API_E_RUNTIME, "upload failed");
 			return MHD_YES;

@@ -112,7 +112,15 @@ static int map_paths(struct api_request *req, struct api_session *s, char **in, 
 		return -ENOMEM;
 	api_session_files_root(s, &root);
 	for (size_t i = 0; i < n; i++) {
-		int r = api_files_resolve(&root, in[i], strlen(in[i]), &out[i]);
+		int r;
+
+		/* "" would resolve to the root, i.e. everything: a client's mistake, not a way to say it */
+		if (!in[i][0]) {
+			api_reply_error(req, 400, API_E_INVALID_REQUEST,
+					"empty path: the workspace root is '.' or the workspace's absolute path");
+			return -EINVAL;
+		}
+		r = api_files_resolve(&root, in[i], strlen(in[i]), &out[i]);
 
 		if (r < 0) {
 			api_reply_error(req, 400, API_E_INVALID_REQUEST, "invalid path '%.200s': %s", in[i], strerror(-r));

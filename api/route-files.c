@@ -3,7 +3,7 @@
  * HTTP wiring of the files and directories routes onto files.h: query and
  * body parsing, multipart uploads streamed through MHD's post processor
  * into an atomic upload (never buffered whole), and downloads streamed from
- * the file with MHD_create_response_from_fd, with single-range support.
+ * the file with single-range support, holding the session (see download_read).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -49,6 +49,18 @@ static enum MHD_Result reply_errno(struct api_request *req, int r, const char *w
 	if (r == -ESRCH)
 		return api_reply_error(req, 404, API_E_SESSION_NOT_FOUND, "session not found");
 	return api_reply_error(req, status, code, "%s '%.300s': %s", what, path ? path : "", strerror(r < 0 ? -r : r));
+}
+
+/* Like reply_errno for a move: either side may be the bad one (a missing src, a dest below a symlink). */
+static enum MHD_Result reply_move_errno(struct api_request *req, int r, const char *src, const char *dest)
+{
+	const char *code;
+	unsigned status = api_errno_to_code(r, &code);
+
+	if (r == -ESRCH)
+		return api_reply_error(req, 404, API_E_SESSION_NOT_FOUND, "session not found");
+	return api_reply_error(req, status, code, "cannot move '%.200s' to '%.200s': %s", src ? src : "", dest ? dest : "",
+			       strerror(r < 0 ? -r : r));
 }
 
 /* Gets all values of a required query parameter; answers 400 and returns NULL when missing or bad. */
@@ -154,11 +166,50 @@ static int parse_range(const char *h, uint64_t size, uint64_t *ret_off, uint64_t
 	return 1;
 }
 
+/*
+ * A download in flight holds an operation on its session, as every files
+ * request does, until its response is freed: a DELETE waits for it instead
+ * of unmounting under an open file. Each block is read when microhttpd sends
+ * it, so once the delete has begun the next block ends the response (the
+ * client sees it cut short); a client that stops reading is bounded by the
+ * connection timeout.
+ */
+struct download {
+	struct api_session *s;
+	int fd;
+	uint64_t off, len;
+};
+
+static ssize_t download_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct download *d = cls;
+	ssize_t n;
+
+	if (pos >= d->len || api_session_deleting(d->s))
+		return MHD_CONTENT_READER_END_WITH_ERROR;
+	if (max > d->len - pos)
+		max = (size_t)(d->len - pos);
+	n = RETRY_EINTR(pread(d->fd, buf, max, (off_t)(d->off + pos)));
+	/* a file that shrank cannot fill the Content-Length promised: cut the response */
+	return n > 0 ? n : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void download_free(void *cls)
+{
+	struct download *d = cls;
+
+	safe_close(d->fd);
+	files_done(d->s);
+	free(d);
+}
+
 enum MHD_Result api_handle_files_download(struct api_request *req)
 {
 	_cleanup_strv_free_ char **paths = query_required(req, "path");
 	struct api_files_root root;
 	struct api_session *s;
+	_cleanup_session_ struct api_session *held = NULL;
+	struct download *dl;
 	struct MHD_Response *resp;
 	const char *range, *base;
 	uint64_t size = 0, off = 0, len;
@@ -171,9 +222,14 @@ enum MHD_Result api_handle_files_download(struct api_request *req)
 	if (!s)
 		return MHD_YES;
 	r = api_files_open_read(&root, paths[0], &fd, &size);
-	files_done(s);
-	if (r < 0)
+	if (r < 0) {
+		files_done(s);
 		return reply_errno(req, r, "cannot download", paths[0]);
+	}
+	/* the op is held until the response is freed (download_free); the early answers below let it go */
+	api_session_op_end(s);
+	held = s;
+	s = NULL;
 	len = size;
 	range = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_RANGE);
 	ranged = parse_range(range, size, &off, &len);
@@ -204,7 +260,7 @@ enum MHD_Result api_handle_files_download(struct api_request *req)
 				close(fd);
 				return api_reply_error(req, 400, API_E_INVALID_REQUEST, "'offset' and 'limit' must be non-negative integers");
 			}
-			if (l && *l)
+			if (l && *l && lv <= ULLONG_MAX - ov) /* else: to the end, not a wrapped-around range */
 				snprintf(rbuf, sizeof(rbuf), "bytes=%llu-%llu", ov, ov + lv - 1);
 			else
 				snprintf(rbuf, sizeof(rbuf), "bytes=%llu-", ov);
@@ -220,9 +276,20 @@ enum MHD_Result api_handle_files_download(struct api_request *req)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_RANGE, hdr);
 		return api_reply_response(req, 416, resp);
 	}
-	resp = MHD_create_response_from_fd_at_offset64(len, fd, off);
-	if (!resp) {
+	if (api_session_op_begin(held) < 0) {
 		close(fd);
+		return api_reply_error(req, 404, API_E_SESSION_NOT_FOUND, "session not found");
+	}
+	dl = calloc(1, sizeof(*dl));
+	if (!dl) {
+		close(fd);
+		api_session_op_end(held);
+		return MHD_NO;
+	}
+	*dl = (struct download){ .s = TAKE_PTR(held), .fd = fd, .off = off, .len = len };
+	resp = MHD_create_response_from_callback(len, 64 * 1024, download_read, dl, download_free);
+	if (!resp) {
+		download_free(dl);
 		return MHD_NO;
 	}
 	base = strrchr(paths[0], '/');
@@ -279,6 +346,7 @@ static void upload_ctx_free(void *p)
 /* Commits the file part in progress, if any. Returns 0 or -errno (answered). */
 static int upload_finish_part(struct api_request *req, struct upload_ctx *u)
 {
+	_cleanup_free_ char *clean = NULL;
 	uint64_t bytes = 0;
 	cJSON *o;
 	int r;
@@ -293,8 +361,9 @@ static int upload_finish_part(struct api_request *req, struct upload_ctx *u)
 		reply_errno(req, r, "cannot upload", u->cur_path);
 		return u->error = r;
 	}
+	clean = json_utf8_sanitize(u->cur_path, strlen(u->cur_path));
 	o = cJSON_CreateObject();
-	if (!o || !cJSON_AddItemToArray(u->done, o) || !cJSON_AddStringToObject(o, "path", u->cur_path) ||
+	if (!o || !clean || !cJSON_AddItemToArray(u->done, o) || !cJSON_AddStringToObject(o, "path", clean) ||
 	    !cJSON_AddNumberToObject(o, "bytes", (double)bytes))
 		return u->error = -ENOMEM;
 	return 0;
@@ -309,6 +378,10 @@ static int upload_begin_part(struct api_request *req, struct upload_ctx *u)
 	int r;
 
 	if (u->meta) {
+		if (json_text_has_escaped_nul(u->meta, u->meta_len)) {
+			api_reply_error(req, 400, "INVALID_FILE_METADATA", "the metadata part holds a \\u0000 (NUL) in a string");
+			return u->error = -EINVAL;
+		}
 		meta = cJSON_ParseWithLength(u->meta, u->meta_len);
 		if (!meta || !cJSON_IsObject(meta)) {
 			api_reply_error(req, 400, "INVALID_FILE_METADATA", "the metadata part is not a JSON object");
@@ -536,6 +609,8 @@ enum MHD_Result api_handle_files_mv(struct api_request *req)
 		return MHD_YES;
 	if ((!src || !dest) && req->body_len > 0) {
 		/* execd's /files/mv body: [{"src": ..., "dest": ...}] */
+		if (json_text_has_escaped_nul(req->body, req->body_len)) /* cJSON would cut a path there */
+			return api_reply_error(req, 400, API_E_INVALID_REQUEST, "request body holds a \\u0000 (NUL) in a string");
 		body = cJSON_ParseWithLength(req->body, req->body_len);
 		if (!cJSON_IsArray(body))
 			return api_reply_error(req, 400, API_E_INVALID_REQUEST, "body must be [{\"src\", \"dest\"}]");
@@ -560,7 +635,7 @@ enum MHD_Result api_handle_files_mv(struct api_request *req)
 	}
 	files_done(s);
 	if (r < 0)
-		return reply_errno(req, r, "cannot move", src);
+		return reply_move_errno(req, r, src, dest);
 	return api_reply_empty(req, 200);
 }
 

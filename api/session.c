@@ -746,6 +746,16 @@ void api_session_op_end(struct api_session *s)
 	pthread_mutex_unlock(&s->lock);
 }
 
+bool api_session_deleting(struct api_session *s)
+{
+	bool d;
+
+	pthread_mutex_lock(&s->lock);
+	d = s->deleted;
+	pthread_mutex_unlock(&s->lock);
+	return d;
+}
+
 void api_session_touch(struct api_session *s)
 {
 	pthread_mutex_lock(&s->lock);

@@ -121,6 +121,9 @@ int api_session_op_begin(struct api_session *s);
 void api_session_revive(struct api_session *s);
 void api_session_op_end(struct api_session *s);
 
+/* True once a delete has begun: long operations (a download's stream) stop at their next step. */
+bool api_session_deleting(struct api_session *s);
+
 /* Records activity for the idle collector and persists last_run_at. */
 void api_session_touch(struct api_session *s);
 

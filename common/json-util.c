@@ -134,3 +134,15 @@ char *json_utf8_sanitize(const char *s, size_t len)
 	*w = '\0';
 	return out;
 }
+
+bool json_text_has_escaped_nul(const char *buf, size_t len)
+{
+	for (size_t i = 0; i + 1 < len; i++) {
+		if (buf[i] != '\\')
+			continue;
+		if (buf[i + 1] == 'u' && i + 5 < len && memcmp(buf + i + 2, "0000", 4) == 0)
+			return true;
+		i++; /* skip the escaped character */
+	}
+	return false;
+}

@@ -44,3 +44,11 @@ int json_add_u64(cJSON *obj, const char *key, uint64_t v);
  * on ENOMEM.
  */
 char *json_utf8_sanitize(const char *s, size_t len);
+
+/*
+ * True if a string in the JSON text @buf (@len bytes) holds the escape
+ * "\u0000". cJSON keeps strings NUL-terminated and would silently cut such a
+ * string there ("keep\u0000" is "keep", "\u0000x" is ""): callers refuse the
+ * text instead.
+ */
+bool json_text_has_escaped_nul(const char *buf, size_t len);

@@ -65,19 +65,6 @@ int ovl_proto_send(int fd, const cJSON *msg, int pass_fd)
 	return 0;
 }
 
-/* True if a JSON string in @buf holds "\u0000", which cJSON would silently cut the string at. */
-static bool has_escaped_nul(const char *buf, size_t len)
-{
-	for (size_t i = 0; i + 1 < len; i++) {
-		if (buf[i] != '\\')
-			continue;
-		if (buf[i + 1] == 'u' && i + 5 < len && memcmp(buf + i + 2, "0000", 4) == 0)
-			return true;
-		i++; /* skip the escaped character */
-	}
-	return false;
-}
-
 int ovl_proto_recv(int fd, cJSON **ret, int *ret_fd)
 {
 	_cleanup_free_ char *buf = NULL;
@@ -143,7 +130,7 @@ int ovl_proto_recv(int fd, cJSON **ret, int *ret_fd)
 		if (len > OVL_PROTO_MAX)
 			return -EMSGSIZE;
 	}
-	if (memchr(buf, '\0', len) || has_escaped_nul(buf, len))
+	if (memchr(buf, '\0', len) || json_text_has_escaped_nul(buf, len))
 		return -EBADMSG;
 	j = cJSON_ParseWithLength(buf, len);
 	if (!j || !cJSON_IsObject(j)) {

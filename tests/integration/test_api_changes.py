@@ -82,6 +82,11 @@ def test_commit_conflict(api):
     for op in ("commit", "discard"):
         r = c.request("POST", f"{S}/{sid}/{op}", {"paths": []})
         assert r.status == 400 and "empty" in r.json()["message"], r
+        r = c.request("POST", f"{S}/{sid}/{op}", {"paths": [""]})
+        assert r.status == 400 and "empty path" in r.json()["message"], r
+        # cJSON would cut "\u0000keep" to "", the root: the body is refused before parsing
+        r = c.request("POST", f"{S}/{sid}/{op}", {"paths": ["\x00keep"]})
+        assert r.status == 400 and "NUL" in r.json()["message"], r
     out, _ = c.run_ok(sid, "cat c.txt")
     assert out.strip() == "unsaved", "a refused discard keeps the change"
     assert not os.path.exists(os.path.join(ws, "c.txt")), "a refused commit writes nothing"
@@ -185,6 +190,9 @@ def test_files_roundtrip(api):
     assert d.status == 416
     d = c.request("GET", F + "/download", query={"path": "up/new.bin", "offset": 5, "limit": 3})
     assert d.status == 206 and d.body == payload[5:8]
+    # a limit past the end of the number range reads to the end, it does not wrap around to all
+    d = c.request("GET", F + "/download", query={"path": "up/new.bin", "offset": 5, "limit": 2**64 - 1})
+    assert d.status == 206 and d.body == payload[5:], (d.status, len(d.body))
     assert c.request("GET", F + "/download", query={"path": "up/new.bin", "offset": -1}).status == 400
     info = c.request("GET", F + "/info", query={"path": ws + "/up/new.bin"}).json()
     assert info[ws + "/up/new.bin"]["mode"] == 600 and info[ws + "/up/new.bin"]["size"] == len(payload)

@@ -5,6 +5,8 @@ attempts in every encoding, symlinks planted by sandboxed code, and a
 sandbox swapping a directory for a symlink while the API writes below it.
 """
 import json
+import socket
+import time
 import os
 import stat
 import threading
@@ -112,6 +114,17 @@ def test_traversal_is_refused(session):
     assert r.status == 400 and not os.path.exists(os.path.join(os.path.dirname(ws), "escape")), r
     r = c.request("POST", c.files_path(sid, "files/mv"), [{"src": f"{ws}/hello.txt", "dest": "/tmp/stolen"}])
     assert r.status == 400 and code_of(r) == "PATH_OUTSIDE_WORKSPACE", r
+    # a \u0000 in a body string would cut the path there ("hello.txt\u0000x" is "hello.txt")
+    r = c.request("POST", c.files_path(sid, "files/mv"), [{"src": f"{ws}/hello.txt\x00x", "dest": f"{ws}/moved.txt"}])
+    assert r.status == 400 and "NUL" in r.json()["message"], r
+    assert os.path.exists(os.path.join(ws, "hello.txt")) and not os.path.exists(os.path.join(ws, "moved.txt"))
+    # a move names both sides (here the dest is the bad one: below a file)
+    r = c.request("POST", c.files_path(sid, "files/mv"), [{"src": f"{ws}/hello.txt", "dest": f"{ws}/hello.txt/x"}])
+    assert r.status >= 400 and "hello.txt/x" in r.json()["message"], r
+    # error replies are valid UTF-8 JSON whatever the bytes of the path, also when cut short
+    for q in ("a/" * 149 + "a%C3%A9", "x%ff/y"):
+        r = c.request("GET", c.files_path(sid, "files/info") + "?path=" + q)
+        assert r.status >= 400 and json.loads(r.body.decode("utf-8"))["message"], r
     r = c.request("DELETE", c.files_path(sid, "directories"), query={"path": ws})
     assert r.status == 409 and code_of(r) == "BUSY", r
     assert os.path.exists(os.path.join(ws, "hello.txt"))
@@ -264,3 +277,40 @@ def test_quota_exceeded_keeps_the_old_file(env):  # noqa: F811
     finally:
         c.delete(sid)
     srv.stop()
+
+
+def test_delete_ends_a_download_in_flight(api):  # noqa: F811
+    """A download holds its session: DELETE does not unmount under the open file (which
+    kept the session's draftfs alive after its directory was gone); it ends the stream
+    at its next block, then removes everything."""
+    env_, srv, c = api
+    ws = env_.workspace()
+    sid = c.create(ws)
+    size = 64 << 20
+    c.run_ok(sid, f"head -c {size} /dev/zero > big.bin")
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.settimeout(60)
+    s.sendall((f"GET /v1/isolated/session/{sid}/files/download?path={ws}/big.bin HTTP/1.1\r\n"
+               f"Host: 127.0.0.1\r\nX-EXECD-ACCESS-TOKEN: {srv.token}\r\nConnection: close\r\n\r\n").encode())
+    got = s.recv(65536)
+    assert got.startswith(b"HTTP/1.1 200"), got[:200]
+    res = {}
+    t = threading.Thread(target=lambda: res.setdefault("r", c.request("DELETE", f"/v1/isolated/session/{sid}")))
+    t.start()
+    time.sleep(1)  # the delete has begun while the download waits on our full socket buffer
+    while True:
+        d = s.recv(1 << 20)
+        if not d:
+            break
+        got += d
+    s.close()
+    t.join(60)
+    assert res["r"].status == 200, res
+    assert len(got) < size, "the stream was cut short once the delete began"
+    assert not os.path.exists(os.path.join(srv.state, "sessions", sid))
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                assert sid.encode() not in f.read(), f"process {pid} of the deleted session is still running"
+        except OSError:
+            pass

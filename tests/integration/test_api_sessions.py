@@ -158,6 +158,35 @@ def raw_request(port, head, body=b"", chunked_body=None):
         s.close()
 
 
+def test_chunked_upload_is_held_to_max_upload(env):
+    """--max-upload bounds the whole upload, also when a chunked body has no Content-Length
+    to check up front (each part under the limit, together over it)."""
+    srv = env.server(["--max-upload=4000"])
+    c = srv.client()
+    ws = env.workspace()
+    sid = c.create(ws)
+    boundary = "----dbxlimit"
+    body = b""
+    for i in range(5):
+        meta = json.dumps({"path": f"{ws}/part{i}.bin"})
+        body += (f"--{boundary}\r\nContent-Disposition: form-data; name=\"metadata\"; filename=\"metadata\"\r\n"
+                 f"Content-Type: application/json\r\n\r\n{meta}\r\n--{boundary}\r\nContent-Disposition: form-data; "
+                 f"name=\"file\"; filename=\"blob\"\r\nContent-Type: application/octet-stream\r\n\r\n").encode()
+        body += b"x" * 900 + b"\r\n"
+    body += f"--{boundary}--\r\n".encode()
+    auth = f"X-EXECD-ACCESS-TOKEN: {srv.token}\r\n".encode()
+    head = (f"POST /v1/isolated/session/{sid}/files/upload HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n".encode()
+            + auth + f"Content-Type: multipart/form-data; boundary={boundary}\r\n".encode()
+            + b"Transfer-Encoding: chunked\r\n\r\n")
+    data = raw_request(srv.port, head, chunked_body=body)
+    assert data.startswith(b"HTTP/1.1 413"), data[:300]
+    out, _ = c.run_ok(sid, "ls")
+    written = [n for n in out.split() if n.startswith("part")]
+    assert len(written) < 5 and all(os.path.getsize(os.path.join(srv.state, "sessions", sid, "view", n)) == 900
+                                    for n in written), written
+    srv.stop()
+
+
 def test_oversized_body_and_headers(api):
     env, srv, c = api
     big = b'{"workspace": {"path": "' + b"a" * (2 * 1024 * 1024) + b'"}}'
