@@ -95,9 +95,12 @@ int launch_bwrap_args(const struct launch_config *c, const struct launch_plan *p
 	char num[32];
 	int r;
 
+	/*
+	 * No --unshare-net: an isolated run's network namespace is made by the
+	 * launcher's child before bwrap starts, with the sandbox's sysfs
+	 * mounted inside it (sandbox-sys.c); bwrap inherits both.
+	 */
 	ADD("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup");
-	if (!c->share_net)
-		ADD("--unshare-net");
 	/*
 	 * No --as-pid-1: it would make the helper the namespace's init, but
 	 * measured here it costs ~3 ms of CPU per run; bwrap's own init reaps.

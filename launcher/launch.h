@@ -264,6 +264,16 @@ struct launch_plan {
  */
 int launch_bwrap_args(const struct launch_config *c, const struct launch_plan *p, char ***ret);
 
+/*
+ * In the launcher's child, before it execs bwrap: new mount namespace (and
+ * network namespace when @new_net, with lo up), a fresh read-only sysfs at
+ * /sys with the firmware and powercap dirs masked, and the cgroup dir
+ * @cgroup_path (absolute, under the host's /sys/fs/cgroup, or NULL) bound
+ * read-only at /sys/fs/cgroup. No allocation (CLONE_VM child). Returns 0
+ * or -errno with *step naming what failed.
+ */
+int launch_sandbox_sys(bool new_net, const char *cgroup_path, const char **step);
+
 /* --- run.c / probe.c --- */
 
 /* Runs the whole thing; returns the process exit status. */

@@ -486,7 +486,14 @@ struct bwrap_child {
 	char **argv;
 	const sigset_t *old_mask;
 	int stdin_fd, err_fd, err_copy, args_fd, seccomp_fd, status_fd, go_fd, ws_fd;
-	int report_fd; /* the child writes its errno here when it cannot exec */
+	int report_fd; /* the child writes a struct child_report here when it cannot exec */
+	bool new_net;           /* isolated network: the child makes the namespace */
+	const char *cgroup_path; /* the run's v2 cgroup, bound read-only at the sandbox's /sys/fs/cgroup, or NULL */
+};
+
+struct child_report {
+	int err;
+	const char *step; /* a static string (shared memory): what failed, or NULL for the exec */
 };
 
 /*
@@ -497,7 +504,8 @@ struct bwrap_child {
 static int bwrap_child_main(void *arg)
 {
 	const struct bwrap_child *ch = arg;
-	int e;
+	struct child_report rep = { 0, NULL };
+	int r;
 
 	sigprocmask(SIG_SETMASK, ch->old_mask, NULL);
 	signal(SIGPIPE, SIG_DFL);
@@ -510,11 +518,17 @@ static int bwrap_child_main(void *arg)
 		if (clear_cloexec(ch->c->exposes[i].fd) < 0)
 			goto fail;
 	/* the cgroup move happens in the parent, while bwrap sets up; the helper waits for it */
+	r = launch_sandbox_sys(ch->new_net, ch->cgroup_path, &rep.step);
+	if (r < 0) {
+		rep.err = -r;
+		goto report;
+	}
 	/* no environment: bwrap is root here, and sets the sandbox's itself (--clearenv, --setenv) */
 	execve(ch->s->bwrap, ch->argv, (char *[]){ NULL });
 fail:
-	e = errno ? errno : EIO;
-	(void)!write(ch->report_fd, &e, sizeof(e));
+	rep.err = errno ? errno : EIO;
+report:
+	(void)!write(ch->report_fd, &rep, sizeof(rep));
 	_exit(LAUNCH_EXIT_FAILURE);
 }
 
@@ -596,7 +610,8 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 	double start, deadline;
 	size_t status_len = 0;
 	pid_t pid;
-	int r, st, child_err = 0;
+	struct child_report child_err = { 0, NULL };
+	int r, st;
 	ssize_t n;
 
 	if (pipe2(status_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 || pipe2(go_pipe, O_CLOEXEC) < 0 ||
@@ -669,6 +684,7 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 			.err_fd = bwrap_err[1], .err_copy = err_copy, .args_fd = args_fd,
 			.seccomp_fd = seccomp_fd, .status_fd = status_pipe[1], .go_fd = go_pipe[0],
 			.ws_fd = ws_fd, .report_fd = err_pipe[1],
+			.new_net = !c->share_net, .cgroup_path = s->cg.version == LAUNCH_CGROUP_V2 ? s->cg.v2_path : NULL,
 		};
 
 		pid = spawn_bwrap(&ch);
@@ -708,7 +724,10 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 	go_pipe[1] = safe_close(go_pipe[1]);
 	if (read(err_pipe[0], &child_err, sizeof(child_err)) == (ssize_t)sizeof(child_err)) {
 		waitpid(pid, NULL, 0);
-		r = log_error_errno(-child_err, "cannot start bwrap '%s'", s->bwrap);
+		if (child_err.step)
+			r = log_error_errno(-child_err.err, "cannot set up the sandbox's /sys: %s", child_err.step);
+		else
+			r = log_error_errno(-child_err.err, "cannot start bwrap '%s'", s->bwrap);
 		goto out_mask;
 	}
 

@@ -37,6 +37,8 @@ PROCS_OF = "for s in /proc/[0-9]*/status; do awk '/^Uid:/{print $2}' $s; done | 
 
 CASES = [
     ("basic", "$RUN --mode ro -- sh -c 'echo hello'"),
+    ("sys_cgroup", "$RUN --mode ro --pids 64 --memory 64M -- sh -c 'cat /sys/fs/cgroup/pids.max "
+                   "/sys/fs/cgroup/memory.max; ls /sys/fs/cgroup/draftbox; touch /sys/fs/cgroup/x; true'"),
     ("forkbomb", "$RUN --mode ro --pids 64 --uid 20001 --gid 20001 -- $TRY forkbomb 100000"),
     ("forkbomb_left", PROCS_OF.replace("UID", "20001")),
     ("memhog", "$RUN --mode ro --memory 64M -- $TRY memhog 512"),
@@ -101,6 +103,16 @@ def test_runs_on_v2(vm):
     r = case(vm, "basic")
     assert r.rc == 0 and r.stdout == b"hello\n", r
     assert r.json["cgroup"] == "v2" and r.json["exit_code"] == 0, r
+
+
+def test_sys_fs_cgroup_is_the_run_own(vm):
+    # As in a container: the run's own cgroup, read-only, with its limits;
+    # not the host's tree (the other runs under draftbox/).
+    r = case(vm, "sys_cgroup")
+    assert r.stdout.split(b"\n")[:2] == [b"64", b"67108864"], r
+    # (the VM's ls and touch are busybox's)
+    assert b"ls: /sys/fs/cgroup/draftbox: No such file or directory" in r.stderr, r
+    assert b"touch: /sys/fs/cgroup/x: Read-only file system" in r.stderr, r
 
 
 def test_pids_limit(vm):

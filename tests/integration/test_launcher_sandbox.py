@@ -76,6 +76,63 @@ def test_share_net_allows_inet(box):
     assert r.rc == 1, r
 
 
+SYS_PROBE = ("echo NET; ls /sys/class/net; echo CG; ls /sys/fs/cgroup; echo FW; ls /sys/firmware; "
+             "echo DBG; ls -A /sys/kernel/debug 2>/dev/null; ls -A /sys/kernel/tracing 2>/dev/null; "
+             "echo CPU; cat /sys/devices/system/cpu/online; echo MNT; "
+             "awk '$5 ~ \"^/sys\" {for (i = 7; i <= NF; i++) if ($i == \"-\") print $5, $(i + 1), $6}' "
+             "/proc/self/mountinfo; echo W; touch /sys/x 2>&1 && echo wrote; true")
+
+
+def sys_sections(out):
+    """SYS_PROBE's output as {section: [lines]}."""
+    got, cur = {}, None
+    for line in out.decode().splitlines():
+        if line in ("NET", "CG", "FW", "DBG", "CPU", "MNT", "W"):
+            cur = got.setdefault(line, [])
+        else:
+            cur.append(line)
+    return got
+
+
+def host_mounts_under_sys():
+    with open("/proc/self/mountinfo") as f:
+        return [ln.split()[4] for ln in f if ln.split()[4].startswith("/sys/")]
+
+
+def test_sys_is_the_sandbox_own(box):
+    # A fresh sysfs mounted in the sandbox's network namespace: no host NIC
+    # (their names and MACs), none of the host's submounts (the cgroup tree
+    # with other runs' names, debugfs, tracefs), firmware masked, read-only;
+    # the CPU topology that nproc-style readers need is still there.
+    r = box.run(["sh", "-c", SYS_PROBE], mode="ro")
+    assert r.rc == 0, r
+    got = sys_sections(r.stdout)
+    assert got["NET"] == ["lo"], (got, os.listdir("/sys/class/net"))
+    assert got["CG"] == [] and got["FW"] == [] and got["DBG"] == [], got
+    with open("/sys/devices/system/cpu/online") as f:
+        assert got["CPU"] == [f.read().strip()], got
+    mounts = {ln.split()[0]: ln.split()[1:] for ln in got["MNT"]}
+    assert mounts["/sys"][0] == "sysfs" and mounts["/sys"][1].startswith("ro"), got
+    if os.path.isdir("/sys/firmware"):
+        assert mounts["/sys/firmware"][0] == "tmpfs", got
+    assert all(m in ("/sys", "/sys/firmware", "/sys/devices/virtual/powercap") for m in mounts), got
+    assert "wrote" not in got["W"] and any("Read-only" in ln for ln in got["W"]), got
+    # the test means something only if the host has what must be hidden
+    assert "/sys/fs/cgroup" in host_mounts_under_sys() or os.listdir("/sys/fs/cgroup"), host_mounts_under_sys()
+    if set(os.listdir("/sys/class/net")) == {"lo"}:
+        pytest.skip("the host has no NIC but lo: nothing to hide under /sys/class/net (the rest was checked)")
+
+
+def test_sys_with_share_net_shows_host_nics(box):
+    # --share-net runs in the host's network namespace: they see its NICs
+    # through netlink anyway; the submounts stay hidden.
+    r = box.run(["sh", "-c", SYS_PROBE], "--share-net", mode="ro")
+    assert r.rc == 0, r
+    got = sys_sections(r.stdout)
+    assert sorted(got["NET"]) == sorted(os.listdir("/sys/class/net")), got
+    assert got["CG"] == [] and got["DBG"] == [], got
+
+
 def test_identity_is_a_dropped_pool_uid(box):
     r = box.run(["sh", "-c", "id -u; id -g; id -G; grep -E '^(Cap|NoNewPrivs|Seccomp:)' /proc/self/status; "
                  "cat /proc/self/uid_map"], mode="ro")

@@ -247,8 +247,9 @@ static void test_bwrap_args(void)
 					 "--state-dir", "/", "--", "cmd", "arg", NULL });
 	ok(launch_bwrap_args(&c, &p, &args) == 0, "bwrap args");
 	ok(strv_has(args, "--unshare-pid") && strv_has(args, "--unshare-ipc") && strv_has(args, "--unshare-uts") &&
-	   strv_has(args, "--unshare-cgroup") && strv_has(args, "--unshare-net") && strv_has(args, "--new-session") &&
+	   strv_has(args, "--unshare-cgroup") && strv_has(args, "--new-session") &&
 	   strv_has(args, "--die-with-parent"), "namespaces");
+	ok(!strv_has(args, "--unshare-net"), "no --unshare-net: the launcher's child makes the netns (sandbox-sys.c)");
 	ok(!strv_has(args, "--unshare-user"), "no user namespace (root bwrap, drop in the helper)");
 	ok(strv_has_pair(args, "--tmpfs", "/run") && strv_has_pair(args, "--tmpfs", "/tmp") &&
 	   strv_has_pair(args, "--size", "268435456"), "tmpfs /run and sized /tmp");
