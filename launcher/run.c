@@ -489,6 +489,7 @@ struct bwrap_child {
 	int report_fd; /* the child writes a struct child_report here when it cannot exec */
 	bool new_net;           /* isolated network: the child makes the namespace */
 	const char *cgroup_path; /* the run's v2 cgroup, bound read-only at the sandbox's /sys/fs/cgroup, or NULL */
+	int cgroup_procs_fd;     /* its cgroup.procs (v2), or -1 */
 };
 
 struct child_report {
@@ -518,6 +519,16 @@ static int bwrap_child_main(void *arg)
 		if (clear_cloexec(ch->c->exposes[i].fd) < 0)
 			goto fail;
 	/* the cgroup move happens in the parent, while bwrap sets up; the helper waits for it */
+	/*
+	 * On v2 the child joins the run's cgroup itself (cheap there), before
+	 * bwrap makes the cgroup namespace: its root is then the run's cgroup,
+	 * as the bound /sys/fs/cgroup says. The parent's move still follows.
+	 */
+	if (ch->cgroup_procs_fd >= 0 && write(ch->cgroup_procs_fd, "0", 1) != 1) {
+		rep.err = errno ? errno : EIO;
+		rep.step = "join the run's cgroup";
+		goto report;
+	}
 	r = launch_sandbox_sys(ch->new_net, ch->cgroup_path, &rep.step);
 	if (r < 0) {
 		rep.err = -r;
@@ -611,6 +622,7 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 	size_t status_len = 0;
 	pid_t pid;
 	struct child_report child_err = { 0, NULL };
+	_cleanup_close_ int procs_fd = -1;
 	int r, st;
 	ssize_t n;
 
@@ -677,6 +689,16 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 		goto out_mask;
 	}
 
+	if (s->cg.version == LAUNCH_CGROUP_V2 && s->cg.v2_path) {
+		_cleanup_close_ int cg = openat(AT_FDCWD, s->cg.v2_path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+		procs_fd = cg < 0 ? -1 : openat(cg, "cgroup.procs", O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (procs_fd < 0) {
+			r = log_error_errno(-errno, "cannot open '%s/cgroup.procs'", s->cg.v2_path);
+			goto out_mask;
+		}
+	}
+
 	start = now_ms();
 	{
 		struct bwrap_child ch = {
@@ -685,6 +707,7 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 			.seccomp_fd = seccomp_fd, .status_fd = status_pipe[1], .go_fd = go_pipe[0],
 			.ws_fd = ws_fd, .report_fd = err_pipe[1],
 			.new_net = !c->share_net, .cgroup_path = s->cg.version == LAUNCH_CGROUP_V2 ? s->cg.v2_path : NULL,
+			.cgroup_procs_fd = procs_fd,
 		};
 
 		pid = spawn_bwrap(&ch);
@@ -725,7 +748,7 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 	if (read(err_pipe[0], &child_err, sizeof(child_err)) == (ssize_t)sizeof(child_err)) {
 		waitpid(pid, NULL, 0);
 		if (child_err.step)
-			r = log_error_errno(-child_err.err, "cannot set up the sandbox's /sys: %s", child_err.step);
+			r = log_error_errno(-child_err.err, "cannot set up the sandbox: %s", child_err.step);
 		else
 			r = log_error_errno(-child_err.err, "cannot start bwrap '%s'", s->bwrap);
 		goto out_mask;

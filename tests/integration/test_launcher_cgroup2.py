@@ -38,7 +38,8 @@ PROCS_OF = "for s in /proc/[0-9]*/status; do awk '/^Uid:/{print $2}' $s; done | 
 CASES = [
     ("basic", "$RUN --mode ro -- sh -c 'echo hello'"),
     ("sys_cgroup", "$RUN --mode ro --pids 64 --memory 64M -- sh -c 'cat /sys/fs/cgroup/pids.max "
-                   "/sys/fs/cgroup/memory.max; ls /sys/fs/cgroup/draftbox; touch /sys/fs/cgroup/x; true'"),
+                   "/sys/fs/cgroup/memory.max; ls /sys/fs/cgroup/draftbox; touch /sys/fs/cgroup/x; "
+                   "cat /proc/self/cgroup; grep \" /sys/fs/cgroup \" /proc/self/mountinfo; true'"),
     ("forkbomb", "$RUN --mode ro --pids 64 --uid 20001 --gid 20001 -- $TRY forkbomb 100000"),
     ("forkbomb_left", PROCS_OF.replace("UID", "20001")),
     ("memhog", "$RUN --mode ro --memory 64M -- $TRY memhog 512"),
@@ -113,6 +114,11 @@ def test_sys_fs_cgroup_is_the_run_own(vm):
     # (the VM's ls and touch are busybox's)
     assert b"ls: /sys/fs/cgroup/draftbox: No such file or directory" in r.stderr, r
     assert b"touch: /sys/fs/cgroup/x: Read-only file system" in r.stderr, r
+    # the cgroup namespace's root is that cgroup, so /proc/self/cgroup and
+    # the mount's root agree as in a container (what runtimes resolve)
+    lines = r.stdout.split(b"\n")
+    assert lines[2] == b"0::/", r
+    assert lines[3].split()[3:5] == [b"/", b"/sys/fs/cgroup"], r
 
 
 def test_pids_limit(vm):
