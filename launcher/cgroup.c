@@ -150,15 +150,23 @@ static int own_path(const char *controller, char **ret)
 	return -ENOENT;
 }
 
-static int write_file(const char *dir, const char *file, const char *value)
+/* Opens @dir/@file for writing. Returns the fd or -errno. */
+static int open_for_write(const char *dir, const char *file)
 {
-	_cleanup_close_ int fd = -1;
 	char path[4096];
+	int fd;
 
 	snprintf(path, sizeof(path), "%s/%s", dir, file);
 	fd = openat(AT_FDCWD, path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+	return fd < 0 ? -errno : fd;
+}
+
+static int write_file(const char *dir, const char *file, const char *value)
+{
+	_cleanup_close_ int fd = open_for_write(dir, file);
+
 	if (fd < 0)
-		return -errno;
+		return fd;
 	if (write(fd, value, strlen(value)) < 0)
 		return -errno;
 	return 0;
@@ -585,6 +593,13 @@ static int attach_walk(const struct launch_cgroup *cg, pid_t pid, unsigned depth
 int launch_cgroup_attach_tree(const struct launch_cgroup *cg, pid_t pid)
 {
 	return attach_walk(cg, pid, 0);
+}
+
+int launch_cgroup_join_fd(const struct launch_cgroup *cg)
+{
+	if (cg->version != LAUNCH_CGROUP_V2 || !cg->v2_path)
+		return -EOPNOTSUPP;
+	return open_for_write(cg->v2_path, "cgroup.procs");
 }
 
 /* The directory whose cgroup.procs lists every member. */

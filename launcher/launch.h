@@ -228,6 +228,12 @@ int launch_cgroup_attach(const struct launch_cgroup *cg, pid_t pid);
  * Returns 0 or -errno.
  */
 int launch_cgroup_attach_tree(const struct launch_cgroup *cg, pid_t pid);
+/*
+ * v2 only: the cgroup's cgroup.procs, open for writing, so that a process
+ * that cannot allocate (the launcher's CLONE_VM child) can join it by
+ * writing "0". Returns the fd or -errno (-EOPNOTSUPP on v1).
+ */
+int launch_cgroup_join_fd(const struct launch_cgroup *cg);
 /* Sends @sig to every process in the cgroup whose uid is not 0 (the sandboxed ones). Returns how many. */
 int launch_cgroup_signal_sandboxed(const struct launch_cgroup *cg, int sig);
 /* Kills everything in the cgroup (freezing it first) until it is empty or @timeout_ms passes. Returns 0 or -EBUSY. */
@@ -268,7 +274,7 @@ int launch_bwrap_args(const struct launch_config *c, const struct launch_plan *p
  * In the launcher's child, before it execs bwrap: new mount namespace (and
  * network namespace when @new_net, with lo up), a fresh read-only sysfs at
  * /sys with the firmware and powercap dirs masked, and the cgroup dir
- * @cgroup_path (absolute, under the host's /sys/fs/cgroup, or NULL) bound
+ * @cgroup_path (absolute, on the host's cgroup2 mount, or NULL) bound
  * read-only at /sys/fs/cgroup. No allocation (CLONE_VM child). Returns 0
  * or -errno with *step naming what failed.
  */

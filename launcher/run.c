@@ -488,8 +488,8 @@ struct bwrap_child {
 	int stdin_fd, err_fd, err_copy, args_fd, seccomp_fd, status_fd, go_fd, ws_fd;
 	int report_fd; /* the child writes a struct child_report here when it cannot exec */
 	bool new_net;           /* isolated network: the child makes the namespace */
-	const char *cgroup_path; /* the run's v2 cgroup, bound read-only at the sandbox's /sys/fs/cgroup, or NULL */
-	int cgroup_procs_fd;     /* its cgroup.procs (v2), or -1 */
+	int cgroup_join_fd;      /* v2: the run's cgroup.procs, which the child joins itself; -1 on v1 */
+	const char *cgroup_path; /* v2: that cgroup, bound read-only at the sandbox's /sys/fs/cgroup; NULL on v1 */
 };
 
 struct child_report {
@@ -518,13 +518,14 @@ static int bwrap_child_main(void *arg)
 	for (size_t i = 0; i < ch->c->n_exposes; i++)
 		if (clear_cloexec(ch->c->exposes[i].fd) < 0)
 			goto fail;
-	/* the cgroup move happens in the parent, while bwrap sets up; the helper waits for it */
 	/*
 	 * On v2 the child joins the run's cgroup itself (cheap there), before
 	 * bwrap makes the cgroup namespace: its root is then the run's cgroup,
-	 * as the bound /sys/fs/cgroup says. The parent's move still follows.
+	 * as the bound /sys/fs/cgroup says, and everything bwrap forks is born in it.
+	 * On v1 the parent moves the tree while bwrap sets up; the helper
+	 * waits for that.
 	 */
-	if (ch->cgroup_procs_fd >= 0 && write(ch->cgroup_procs_fd, "0", 1) != 1) {
+	if (ch->cgroup_join_fd >= 0 && write(ch->cgroup_join_fd, "0", 1) != 1) {
 		rep.err = errno ? errno : EIO;
 		rep.step = "join the run's cgroup";
 		goto report;
@@ -622,7 +623,7 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 	size_t status_len = 0;
 	pid_t pid;
 	struct child_report child_err = { 0, NULL };
-	_cleanup_close_ int procs_fd = -1;
+	_cleanup_close_ int join_fd = -1;
 	int r, st;
 	ssize_t n;
 
@@ -689,12 +690,10 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 		goto out_mask;
 	}
 
-	if (s->cg.version == LAUNCH_CGROUP_V2 && s->cg.v2_path) {
-		_cleanup_close_ int cg = openat(AT_FDCWD, s->cg.v2_path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-
-		procs_fd = cg < 0 ? -1 : openat(cg, "cgroup.procs", O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
-		if (procs_fd < 0) {
-			r = log_error_errno(-errno, "cannot open '%s/cgroup.procs'", s->cg.v2_path);
+	if (s->cg.version == LAUNCH_CGROUP_V2) {
+		join_fd = launch_cgroup_join_fd(&s->cg);
+		if (join_fd < 0) {
+			r = log_error_errno(join_fd, "cannot open the run's cgroup '%s'", s->cg.v2_path);
 			goto out_mask;
 		}
 	}
@@ -706,8 +705,8 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 			.err_fd = bwrap_err[1], .err_copy = err_copy, .args_fd = args_fd,
 			.seccomp_fd = seccomp_fd, .status_fd = status_pipe[1], .go_fd = go_pipe[0],
 			.ws_fd = ws_fd, .report_fd = err_pipe[1],
-			.new_net = !c->share_net, .cgroup_path = s->cg.version == LAUNCH_CGROUP_V2 ? s->cg.v2_path : NULL,
-			.cgroup_procs_fd = procs_fd,
+			.new_net = !c->share_net, .cgroup_join_fd = join_fd,
+			.cgroup_path = join_fd >= 0 ? s->cg.v2_path : NULL,
 		};
 
 		pid = spawn_bwrap(&ch);
@@ -727,10 +726,11 @@ static int start_and_wait(struct run_state *s, int seccomp_fd, int stdin_fd, str
 	/*
 	 * Moving a process between cgroups costs an RCU grace period on v1
 	 * (milliseconds): do it now, while bwrap execs and builds the
-	 * sandbox, and only then let the helper start the command.
+	 * sandbox, and only then let the helper start the command. On v2 the
+	 * child joined before it exec'd bwrap: nothing left to move.
 	 */
 	log_debug("forked at +%.3fms", now_ms() - start);
-	r = launch_cgroup_attach_tree(&s->cg, pid);
+	r = join_fd >= 0 ? 0 : launch_cgroup_attach_tree(&s->cg, pid);
 	log_debug("attached at +%.3fms", now_ms() - start);
 	if (r < 0) {
 		kill(pid, SIGKILL);
