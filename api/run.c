@@ -191,6 +191,15 @@ static char **build_argv(struct api_session *s, const struct api_run_request *rq
 		arg(&a, "--extra-writable"), arg(&a, *p);
 	}
 	arg(&a, "--state-dir"), arg(&a, cfg->state_dir);
+	/* other sessions' workspaces (their files, not only their changes, are theirs) */
+	{
+		_cleanup_strv_free_ char **others = api_sessions_other_workspaces(s->srv, s);
+
+		if (!others)
+			a.oom = true;
+		for (char **o = others; o && *o; o++)
+			arg(&a, "--hide-if-free"), arg(&a, *o);
+	}
 	arg(&a, "--uid"), argf(&a, "%u", (unsigned)s->pool_uid);
 	arg(&a, "--gid"), argf(&a, "%u", (unsigned)s->pool_gid);
 	arg(&a, "--home-dir"), argf(&a, "%s/home", s->dir);

@@ -25,6 +25,7 @@
 #include "log.h"
 #include "run.h"
 #include "session.h"
+#include "strv.h"
 #include "uid-pool.h"
 
 static void wait_draftfs_gone(const char *view);
@@ -916,6 +917,27 @@ static void sessions_snapshot_free(struct api_session **v, size_t n)
 	for (size_t i = 0; v && i < n; i++)
 		api_session_unref(v[i]);
 	free(v);
+}
+
+char **api_sessions_other_workspaces(struct api_server *srv, const struct api_session *self)
+{
+	struct api_registry *reg = srv->reg;
+	char **v = calloc(1, sizeof(char *));
+	bool oom = !v;
+
+	pthread_mutex_lock(&reg->lock);
+	for (size_t i = 0; i < reg->n && !oom; i++) {
+		const char *ws = reg->v[i]->workspace; /* fixed at creation */
+
+		if (reg->v[i] != self && strcmp(ws, self->workspace) != 0 && !strv_contains(v, ws))
+			oom = strv_push(&v, ws) < 0;
+	}
+	pthread_mutex_unlock(&reg->lock);
+	if (oom) {
+		strv_free(v);
+		return NULL;
+	}
+	return v;
 }
 
 cJSON *api_sessions_list_json(struct api_server *srv, unsigned *ret_count)

@@ -103,6 +103,13 @@ cJSON *api_session_to_json(struct api_session *s, bool summary);
 /* Number of live sessions and a new JSON array of their summaries. */
 cJSON *api_sessions_list_json(struct api_server *srv, unsigned *ret_count);
 
+/*
+ * The workspaces of every live session but @self (once each, @self's own
+ * left out), which @self's runs hide. Returns a new vector (possibly empty)
+ * or NULL when out of memory.
+ */
+char **api_sessions_other_workspaces(struct api_server *srv, const struct api_session *self);
+
 /* Sums the uppers of all sessions (bounded walk). */
 void api_sessions_upper_usage(struct api_server *srv, uint64_t *ret_bytes, uint64_t *ret_inodes);
 

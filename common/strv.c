@@ -17,6 +17,14 @@ size_t strv_length(char *const *v)
 	return n;
 }
 
+bool strv_contains(char *const *v, const char *s)
+{
+	for (; v && *v; v++)
+		if (strcmp(*v, s) == 0)
+			return true;
+	return false;
+}
+
 int strv_push(char ***v, const char *s)
 {
 	size_t n = strv_length(*v);

@@ -6,12 +6,16 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "macro.h"
 
 /* Number of strings in @v; 0 for NULL. */
 size_t strv_length(char *const *v);
+
+/* True if @s is one of the strings of @v (which may be NULL). */
+bool strv_contains(char *const *v, const char *s);
 
 /*
  * Appends a copy of @s to *@v (which may be NULL), keeping it NULL-terminated.

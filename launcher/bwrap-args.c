@@ -2,7 +2,7 @@
 /*
  * bubblewrap's argument vector for one run. The order matters: bwrap
  * applies operations in sequence, so the tmpfs mounts that hide things
- * (/run, /tmp, the state dir) come before the binds that put the
+ * (/run, /tmp, users' data, the state dir) come before the binds that put the
  * workspace, exposed paths, the home dir and the exec helper back on top.
  * Mount points under the read-only host root must already exist; those
  * under the tmpfs mounts are created by bwrap inside the sandbox.
@@ -89,6 +89,43 @@ static int add_parents(char ***args, char ***done, const char *dest)
 			return r;                           \
 	} while (0)
 
+/*
+ * An empty root-owned 0755 tmpfs at @dest (its parents made walkable
+ * first). The dirs add_parents() made below @dest are gone with it, so they
+ * are forgotten, to be made again for a bind that needs them.
+ */
+static int add_tmpfs(char ***args, char ***done, const char *dest)
+{
+	size_t out = 0;
+	int r;
+
+	r = add_parents(args, done, dest);
+	if (r < 0)
+		return r;
+	for (char **d = *done; d && *d; d++)
+		if (launch_path_has_prefix(*d, dest))
+			free(*d);
+		else
+			(*done)[out++] = *d;
+	if (*done)
+		(*done)[out] = NULL;
+	r = add(args, "--perms");
+	if (r >= 0)
+		r = add(args, "0755");
+	if (r >= 0)
+		r = add(args, "--tmpfs");
+	if (r >= 0)
+		r = add(args, dest);
+	return r;
+}
+
+#define TMPFS(dest)                                         \
+	do {                                                \
+		r = add_tmpfs(&args, &done, (dest));        \
+		if (r < 0)                                  \
+			return r;                           \
+	} while (0)
+
 int launch_bwrap_args(const struct launch_config *c, const struct launch_plan *p, char ***ret)
 {
 	_cleanup_strv_free_ char **args = NULL, **done = NULL;
@@ -118,18 +155,17 @@ int launch_bwrap_args(const struct launch_config *c, const struct launch_plan *p
 	} else {
 		ADD("--bind", "/tmp", "/tmp");
 	}
+	/* users' data (strict), other sessions' workspaces, --hide (launch_hide_resolve()) */
+	for (char **h = c->hides; h && *h; h++)
+		TMPFS(*h);
 	/* the state dir: every session's upper, work dir and control socket */
-	if (c->state_dir && is_dir(c->state_dir)) {
-		PARENTS(c->state_dir);
-		ADD("--perms", "0755", "--tmpfs", c->state_dir);
-	}
+	if (c->state_dir && is_dir(c->state_dir))
+		TMPFS(c->state_dir);
 	if (c->runtime_dir && !launch_path_has_prefix(c->runtime_dir, "/run") && is_dir(c->runtime_dir))
-		ADD("--perms", "0755", "--tmpfs", c->runtime_dir);
+		TMPFS(c->runtime_dir);
 	for (char **h = p->hide; h && *h; h++)
-		if (is_dir(*h)) {
-			PARENTS(*h);
-			ADD("--perms", "0755", "--tmpfs", *h);
-		}
+		if (is_dir(*h))
+			TMPFS(*h);
 
 	PARENTS(c->workspace_dest);
 	if (p->ws_fd >= 0) {

@@ -54,6 +54,8 @@ void launch_config_free(struct launch_config *c)
 	}
 	free(c->exposes);
 	strv_free(c->allow);
+	strv_free(c->hides);
+	strv_free(c->hides_if_free);
 	free(c->allow_file);
 	free(c->state_dir);
 	free(c->runtime_dir);
@@ -266,6 +268,7 @@ static void usage(void)
 	       "  --share-net              keep the host network\n"
 	       "  --expose SRC[:DEST][:ro|rw], --extra-writable PATH\n"
 	       "  --allow PREFIX, --allow-file FILE   expose allowlist\n"
+	       "  --hide DIR, --hide-if-free DIR, --no-default-hide   empty tmpfs over host dirs\n"
 	       "  --state-dir DIR, --runtime-dir DIR\n"
 	       "  --uid N --gid N | --uid-pool LO-HI [--uid-wait SEC]\n"
 	       "  --env-deny K,.. --env-allow K,.. --setenv K=V --setenv-from-env --home-dir DIR\n"
@@ -279,7 +282,7 @@ static void usage(void)
 
 enum {
 	OPT_WORKSPACE = 0x100, OPT_MODE, OPT_VIEW, OPT_SESSION_DIR, OPT_KEEP, OPT_WS_DEST, OPT_CWD,
-	OPT_PROFILE, OPT_SHARE_NET, OPT_EXPOSE, OPT_EXTRA_WRITABLE, OPT_ALLOW, OPT_ALLOW_FILE,
+	OPT_PROFILE, OPT_SHARE_NET, OPT_EXPOSE, OPT_EXTRA_WRITABLE, OPT_ALLOW, OPT_ALLOW_FILE, OPT_HIDE, OPT_HIDE_IF_FREE, OPT_NO_DEFAULT_HIDE,
 	OPT_STATE_DIR, OPT_RUNTIME_DIR, OPT_BWRAP, OPT_DRAFTFS, OPT_UID, OPT_GID, OPT_UID_POOL,
 	OPT_UID_WAIT, OPT_ENV_DENY, OPT_ENV_ALLOW, OPT_SETENV, OPT_SETENV_FROM_ENV, OPT_HOME_DIR, OPT_TIMEOUT, OPT_GRACE,
 	OPT_MEMORY, OPT_PIDS, OPT_CPU, OPT_NOFILE, OPT_FSIZE, OPT_TMP_SIZE, OPT_STDIN_FD, OPT_INPUT,
@@ -300,6 +303,9 @@ static const struct option options[] = {
 	{ "extra-writable", required_argument, NULL, OPT_EXTRA_WRITABLE },
 	{ "allow", required_argument, NULL, OPT_ALLOW },
 	{ "allow-file", required_argument, NULL, OPT_ALLOW_FILE },
+	{ "hide", required_argument, NULL, OPT_HIDE },
+	{ "hide-if-free", required_argument, NULL, OPT_HIDE_IF_FREE },
+	{ "no-default-hide", no_argument, NULL, OPT_NO_DEFAULT_HIDE },
 	{ "state-dir", required_argument, NULL, OPT_STATE_DIR },
 	{ "runtime-dir", required_argument, NULL, OPT_RUNTIME_DIR },
 	{ "bwrap", required_argument, NULL, OPT_BWRAP },
@@ -358,6 +364,7 @@ static int parse_one(struct launch_config *c, int opt, const char *v)
 		return c->bwrap ? 0 : -ENOMEM;
 	case OPT_KEEP: c->keep = true; return 0;
 	case OPT_SHARE_NET: c->share_net = true; return 0;
+	case OPT_NO_DEFAULT_HIDE: c->no_default_hides = true; return 0;
 	case OPT_JSON: c->json = true; return 0;
 	case OPT_PROBE: c->probe = true; return 0;
 	case OPT_VERBOSE: c->verbose = true; return 0;
@@ -409,13 +416,17 @@ static int parse_one(struct launch_config *c, int opt, const char *v)
 			c->exposes[c->n_exposes++] = e;
 		}
 		return 0;
-	case OPT_ALLOW: {
+	case OPT_ALLOW:
+	case OPT_HIDE:
+	case OPT_HIDE_IF_FREE: {
 		_cleanup_free_ char *p = NULL;
+		char ***list = opt == OPT_ALLOW ? &c->allow : opt == OPT_HIDE ? &c->hides : &c->hides_if_free;
 
 		r = launch_path_normalize(v, &p);
 		if (r < 0)
-			return bad_usage("--allow needs an absolute path, got '%s'", v);
-		return strv_push(&c->allow, p);
+			return bad_usage("%s needs an absolute path without '..', got '%s'",
+					 opt == OPT_ALLOW ? "--allow" : opt == OPT_HIDE ? "--hide" : "--hide-if-free", v);
+		return strv_push(list, p);
 	}
 	case OPT_UID:
 		if (parse_u64(v, UINT32_MAX - 1, &u) < 0 || u == 0)

@@ -77,6 +77,9 @@ struct launch_config {
 	size_t n_exposes;
 	char **allow;         /* allowlist prefixes (strv) */
 	char *allow_file;     /* NULL: the default file if it exists */
+	char **hides;         /* dirs hidden by a tmpfs (--hide; resolved by launch_hide_resolve()) */
+	char **hides_if_free; /* --hide-if-free: the same, skipped if absent or covering what is given */
+	bool no_default_hides; /* --no-default-hide: not even the strict profile's */
 	char *state_dir;
 	char *runtime_dir;
 	char *bwrap;
@@ -112,6 +115,18 @@ struct launch_config {
 
 	char **argv;          /* the command */
 };
+
+/*
+ * Resolves c->hides (realpath; each must be an existing dir, not "/", and
+ * not at or below the workspace destination or an exposed path, which
+ * the sandbox must see) and adds the strict profile's defaults (/home,
+ * /root, /srv, /mnt, /media, where they exist and hide nothing the run is
+ * given) unless c->no_default_hides. c->hides then holds the resolved
+ * paths, c->hides_if_free among them where they exist and hide nothing
+ * the run is given. Returns 0, or -errno with *ret_bad naming the option's path
+ * (-EINVAL: "/", -EBUSY: it would hide the workspace or an exposed path).
+ */
+int launch_hide_resolve(struct launch_config *c, const char **ret_bad);
 
 /* Fills @c with the defaults. */
 void launch_config_init(struct launch_config *c);

@@ -1083,6 +1083,18 @@ int launch_run(struct launch_config *c)
 		r = log_error_errno(r, "cannot expose '%s'", bad ? bad : "?");
 		goto out;
 	}
+	bad = NULL;
+	r = launch_hide_resolve(c, &bad);
+	if (r == -EBUSY) {
+		log_error("cannot hide '%s': the workspace or an exposed path lies there", bad);
+		goto out;
+	} else if (r == -EINVAL) {
+		log_error("cannot hide '%s': it is the whole host", bad);
+		goto out;
+	} else if (r < 0) {
+		r = log_error_errno(r, "cannot hide '%s'", bad ? bad : "?");
+		goto out;
+	}
 
 	r = launch_mkdir_p(c->runtime_dir, 0755);
 	if (r < 0) {

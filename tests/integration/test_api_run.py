@@ -112,6 +112,23 @@ def test_sandbox_edits_workspace_as_owner(api):
         assert f.read() == "hello\n", "the workspace is untouched before a commit"
 
 
+def test_other_sessions_workspaces_are_hidden(api):
+    # balanced: the host's /tmp (where these workspaces are) is bound, so only the hiding keeps them apart
+    env, srv, c = api
+    wa = env.workspace("wa", files={"a.txt": "mine-a\n"})
+    wb = env.workspace("wb", files={"b.txt": "canary-b\n"})
+    nested = env.workspace("wa/inner", files={"i.txt": "inner\n"})
+    sa = c.create(wa, profile="balanced")
+    sb = c.create(wb, profile="balanced")
+    c.create(nested, profile="balanced")  # inside A's workspace: A still sees it there
+    out, last = c.run_ok(sa, f"cat a.txt inner/i.txt; cat {wb}/b.txt 2>/dev/null; ls -A {wb}; "
+                             f"stat -f -c %T {wb}; true")
+    assert last["type"] == "execution_complete", out
+    assert out.split() == ["mine-a", "inner", "tmpfs"], out
+    out, _ = c.run_ok(sb, f"cat b.txt; cat {wa}/a.txt {nested}/i.txt 2>/dev/null; true")
+    assert out.split() == ["canary-b"], out
+
+
 def test_timeout(api):
     env, srv, c = api
     sid = c.create(env.workspace())

@@ -30,21 +30,19 @@ static int parse(struct launch_config *c, const char *const *args)
 	return launch_parse_args(n, argv, c);
 }
 
-static bool strv_has(char **v, const char *s)
+/* Index of the first @a followed by @b in @v, or -1. */
+static ssize_t pair_index(char **v, const char *a, const char *b)
 {
-	for (; v && *v; v++)
-		if (strcmp(*v, s) == 0)
-			return true;
-	return false;
+	for (ssize_t i = 0; v && v[i] && v[i + 1]; i++)
+		if (strcmp(v[i], a) == 0 && strcmp(v[i + 1], b) == 0)
+			return i;
+	return -1;
 }
 
 /* True if @a then @b appear next to each other in @v. */
 static bool strv_has_pair(char **v, const char *a, const char *b)
 {
-	for (; v && v[0] && v[1]; v++)
-		if (strcmp(v[0], a) == 0 && strcmp(v[1], b) == 0)
-			return true;
-	return false;
+	return pair_index(v, a, b) >= 0;
 }
 
 static void test_sizes_and_paths(void)
@@ -134,14 +132,14 @@ static void test_env(void)
 
 	launch_config_init(&c);
 	ok(launch_env_build(&c, host, "/h", &env) == 0, "build default");
-	ok(strv_has(env, "PATH=/usr/bin") && strv_has(env, "LANG=C") && strv_has(env, "SAFE=1"), "harmless kept");
-	ok(!strv_has(env, "OPENAI_API_KEY=s") && !strv_has(env, "github_token=s") && !strv_has(env, "AWS_REGION=x") &&
-	   !strv_has(env, "Db_Password=s") && !strv_has(env, "LD_PRELOAD=/x.so") && !strv_has(env, "KUBE_CONFIG=x") &&
-	   !strv_has(env, "ALIYUN_X=1") && !strv_has(env, "K8S_Y=1") && !strv_has(env, "MY_SECRET=1"),
+	ok(strv_contains(env, "PATH=/usr/bin") && strv_contains(env, "LANG=C") && strv_contains(env, "SAFE=1"), "harmless kept");
+	ok(!strv_contains(env, "OPENAI_API_KEY=s") && !strv_contains(env, "github_token=s") && !strv_contains(env, "AWS_REGION=x") &&
+	   !strv_contains(env, "Db_Password=s") && !strv_contains(env, "LD_PRELOAD=/x.so") && !strv_contains(env, "KUBE_CONFIG=x") &&
+	   !strv_contains(env, "ALIYUN_X=1") && !strv_contains(env, "K8S_Y=1") && !strv_contains(env, "MY_SECRET=1"),
 	   "secrets dropped");
-	ok(strv_has(env, "HOME=/h/home") && strv_has(env, "TMPDIR=/h/tmp") && strv_has(env, "XDG_CONFIG_HOME=/h/config") &&
-	   strv_has(env, "XDG_CACHE_HOME=/h/cache") && strv_has(env, "XDG_STATE_HOME=/h/state") &&
-	   strv_has(env, "XDG_DATA_HOME=/h/data") && !strv_has(env, "HOME=/root"), "dirs redirected");
+	ok(strv_contains(env, "HOME=/h/home") && strv_contains(env, "TMPDIR=/h/tmp") && strv_contains(env, "XDG_CONFIG_HOME=/h/config") &&
+	   strv_contains(env, "XDG_CACHE_HOME=/h/cache") && strv_contains(env, "XDG_STATE_HOME=/h/state") &&
+	   strv_contains(env, "XDG_DATA_HOME=/h/data") && !strv_contains(env, "HOME=/root"), "dirs redirected");
 	strv_free(env);
 	env = NULL;
 
@@ -149,7 +147,7 @@ static void test_env(void)
 	strv_push(&c.setenv, "NEW=1");
 	strv_push(&c.setenv, "LANG=fr");
 	ok(launch_env_build(&c, host, NULL, &env) == 0, "build with deny and setenv");
-	ok(!strv_has(env, "SAFE=1") && strv_has(env, "NEW=1") && strv_has(env, "LANG=fr") && !strv_has(env, "LANG=C"),
+	ok(!strv_contains(env, "SAFE=1") && strv_contains(env, "NEW=1") && strv_contains(env, "LANG=fr") && !strv_contains(env, "LANG=C"),
 	   "deny and setenv applied");
 	strv_free(env);
 	env = NULL;
@@ -158,8 +156,8 @@ static void test_env(void)
 	strv_push(&c.env_allow, "PATH");
 	strv_push(&c.env_allow, "aws_*");
 	ok(launch_env_build(&c, host, NULL, &env) == 0, "build allow mode");
-	ok(strv_has(env, "PATH=/usr/bin") && strv_has(env, "AWS_REGION=x") && !strv_has(env, "SAFE=1") &&
-	   !strv_has(env, "HOME=/root"), "allow mode passes only the listed names");
+	ok(strv_contains(env, "PATH=/usr/bin") && strv_contains(env, "AWS_REGION=x") && !strv_contains(env, "SAFE=1") &&
+	   !strv_contains(env, "HOME=/root"), "allow mode passes only the listed names");
 	strv_free(env);
 	launch_config_free(&c);
 }
@@ -246,11 +244,11 @@ static void test_bwrap_args(void)
 	parse(&c, (const char *const[]){ "--workspace", "/w", "--workspace-dest", "/tmp/a/w", "--mode", "ro",
 					 "--state-dir", "/", "--", "cmd", "arg", NULL });
 	ok(launch_bwrap_args(&c, &p, &args) == 0, "bwrap args");
-	ok(strv_has(args, "--unshare-pid") && strv_has(args, "--unshare-ipc") && strv_has(args, "--unshare-uts") &&
-	   strv_has(args, "--unshare-cgroup") && strv_has(args, "--new-session") &&
-	   strv_has(args, "--die-with-parent"), "namespaces");
-	ok(!strv_has(args, "--unshare-net"), "no --unshare-net: the launcher's child makes the netns (sandbox-sys.c)");
-	ok(!strv_has(args, "--unshare-user"), "no user namespace (root bwrap, drop in the helper)");
+	ok(strv_contains(args, "--unshare-pid") && strv_contains(args, "--unshare-ipc") && strv_contains(args, "--unshare-uts") &&
+	   strv_contains(args, "--unshare-cgroup") && strv_contains(args, "--new-session") &&
+	   strv_contains(args, "--die-with-parent"), "namespaces");
+	ok(!strv_contains(args, "--unshare-net"), "no --unshare-net: the launcher's child makes the netns (sandbox-sys.c)");
+	ok(!strv_contains(args, "--unshare-user"), "no user namespace (root bwrap, drop in the helper)");
 	ok(strv_has_pair(args, "--tmpfs", "/run") && strv_has_pair(args, "--tmpfs", "/tmp") &&
 	   strv_has_pair(args, "--size", "268435456"), "tmpfs /run and sized /tmp");
 	ok(strv_has_pair(args, "--dir", "/tmp/a"), "parents of the workspace dest made 0755");
@@ -262,9 +260,29 @@ static void test_bwrap_args(void)
 	args = NULL;
 	launch_config_free(&c);
 
+	/* hides as launch_hide_resolve() leaves them: another session's workspace, then /h over it */
+	parse(&c, (const char *const[]){ "--workspace", "/w", "--workspace-dest", "/h/u/a", "--hide", "/h/u/b",
+					 "--hide", "/h", "--state-dir", "/", "--", "x", NULL });
+	ok(launch_bwrap_args(&c, &p, &args) == 0, "args with hides");
+	{
+		ssize_t tmpfs_h = pair_index(args, "--tmpfs", "/h"), dir_u = -1;
+
+		/* the last --dir /h/u: the one made on /h's tmpfs, after the one for /h/u/b */
+		for (ssize_t i = 0; args[i] && args[i + 1]; i++)
+			if (strcmp(args[i], "--dir") == 0 && strcmp(args[i + 1], "/h/u") == 0)
+				dir_u = i;
+		ok(pair_index(args, "--tmpfs", "/h/u/b") >= 0 && tmpfs_h > pair_index(args, "--tmpfs", "/h/u/b"),
+		   "hidden dirs in order");
+		ok(dir_u > tmpfs_h && pair_index(args, "--bind", "/src") > dir_u,
+		   "parents made again on a tmpfs that covered them, before the workspace bind");
+	}
+	strv_free(args);
+	args = NULL;
+	launch_config_free(&c);
+
 	parse(&c, (const char *const[]){ "--workspace", "/w", "--profile", "balanced", "--share-net", "--", "x", NULL });
 	ok(launch_bwrap_args(&c, &p, &args) == 0, "balanced args");
-	ok(strv_has_pair(args, "--bind", "/tmp") && !strv_has(args, "--unshare-net") &&
+	ok(strv_has_pair(args, "--bind", "/tmp") && !strv_contains(args, "--unshare-net") &&
 	   strv_has_pair(args, "--bind", "/src"), "balanced binds /tmp, share-net keeps the network");
 	strv_free(args);
 	args = NULL;
