@@ -46,6 +46,14 @@ static bool is_dir(const char *p)
 	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* A dir, not a symlink to one. */
+static bool is_real_dir(const char *p)
+{
+	struct stat st;
+
+	return lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 /*
  * bwrap creates missing mount points' parents 0700, which the sandbox uid
  * could not walk through: create every ancestor of @dest 0755 first
@@ -152,6 +160,9 @@ int launch_bwrap_args(const struct launch_config *c, const struct launch_plan *p
 	if (c->profile == LAUNCH_PROFILE_STRICT) {
 		snprintf(num, sizeof(num), "%llu", (unsigned long long)c->tmp_size);
 		ADD("--perms", "1777", "--size", num, "--tmpfs", "/tmp");
+		/* the host's is other processes' lasting temp files; a link (to /tmp, say) is left alone */
+		if (is_real_dir("/var/tmp"))
+			ADD("--perms", "1777", "--size", num, "--tmpfs", "/var/tmp");
 	} else {
 		ADD("--bind", "/tmp", "/tmp");
 	}

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 """draftbox-run: host dirs the sandbox must not read, although the host root
 is bound read-only. The strict profile hides users' data (/home, /root,
-/srv, /mnt, /media) with empty tmpfs; --hide adds dirs and fails on bad
+/srv, /mnt, /media) with empty tmpfs and gives the sandbox its own
+/var/tmp; --hide adds dirs and fails on bad
 ones; --hide-if-free (draftboxd's, for other sessions' workspaces) skips
 what is absent or would hide what the run is given. What the run is given
 (the workspace) stays visible even when it lies below a hidden dir.
@@ -60,6 +61,20 @@ def test_strict_hides_users_data(box, home):
     got = fs_types(box, DEFAULT_HIDDEN)
     want = [p for p in DEFAULT_HIDDEN if os.path.isdir(p) and os.path.realpath(p) != "/"]
     assert sorted(got) == sorted(want) and all(got[p] == "tmpfs" for p in want), got
+
+
+def test_strict_var_tmp_is_private(box, vartmp):
+    if os.path.islink("/var/tmp"):
+        pytest.skip("/var/tmp is a symlink here; the strict profile leaves it alone")
+    script = f"cat {vartmp}/f; ls -A /var/tmp; echo mine > /var/tmp/out && cat /var/tmp/out; stat -c %a /var/tmp; true"
+    r = box.run(["sh", "-c", script])
+    assert r.rc == 0, r
+    assert b"canary" not in r.stdout and os.path.basename(vartmp).encode() not in r.stdout, r
+    assert r.stdout.split() == [b"mine", b"1777"], r
+    assert not os.path.exists("/var/tmp/out")
+    r = box.run(["sh", "-c", f"cat {vartmp}/f; touch /var/tmp/out"], "--profile", "balanced")
+    assert r.stdout == b"canary-var\n" and r.rc != 0 and not os.path.exists("/var/tmp/out"), \
+        ("balanced: the host's, read-only", r)
 
 
 def test_balanced_and_no_default_hide_keep_them(box, home):
