@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "settings.h"
+#include "launch.h"
 #include "log.h"
 #include "macro.h"
 #include "strv.h"
@@ -20,6 +21,7 @@
 enum opt_kind {
 	OPT_STRING,
 	OPT_STRV,
+	OPT_PATHV, /* absolute paths without '..', normalized */
 	OPT_BOOL,
 	OPT_U16,
 	OPT_UNSIGNED,
@@ -59,6 +61,7 @@ static const struct opt_def opt_defs[] = {
 	O("allow-network", OPT_BOOL, allow_network, "let sessions ask for share_net (default false)"),
 	O("allow-writable", OPT_STRV, allowed_writable, "prefix allowed in extra_writable (repeatable)"),
 	O("allow-bind", OPT_STRV, allowed_binds, "prefix allowed as a bind source (repeatable)"),
+	O("hide", OPT_PATHV, hidden, "host dir every run's sandbox sees as an empty dir (repeatable)"),
 	O("allow-root-owner", OPT_BOOL, allow_root_owner, "allow workspaces owned by root: the sandbox then acts as root on them (default false)"),
 	O("idmap", OPT_BOOL, idmap, "idmapped mounts for rw/ro sessions (default true; ro falls back to a read-only draftfs)"),
 	O("draftfs", OPT_STRING, draftfs, "draftfs binary (default: next to draftboxd, then PATH)"),
@@ -106,6 +109,7 @@ void api_config_done(struct api_config *c)
 	strv_free(c->allowed_hosts);
 	strv_free(c->allowed_writable);
 	strv_free(c->allowed_binds);
+	strv_free(c->hidden);
 	free(c->draftfs);
 	free(c->launcher);
 	*c = (struct api_config){};
@@ -176,6 +180,13 @@ int api_config_set(struct api_config *c, const char *key, const char *value)
 		}
 		case OPT_STRV:
 			return strv_push((char ***)field, value);
+		case OPT_PATHV: {
+			_cleanup_free_ char *p = NULL;
+
+			if (launch_path_normalize(value, &p) < 0)
+				return -EINVAL;
+			return strv_push((char ***)field, p);
+		}
 		case OPT_BOOL:
 			return parse_bool(value, (bool *)field);
 		case OPT_U16:

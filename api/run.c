@@ -191,7 +191,11 @@ static char **build_argv(struct api_session *s, const struct api_run_request *rq
 		arg(&a, "--extra-writable"), arg(&a, *p);
 	}
 	arg(&a, "--state-dir"), arg(&a, cfg->state_dir);
-	/* other sessions' workspaces (their files, not only their changes, are theirs) */
+	/*
+	 * Other sessions' workspaces (their files, not only their changes, are
+	 * theirs) and the operator's hidden dirs; skipped where they would hide
+	 * what this session is given.
+	 */
 	{
 		_cleanup_strv_free_ char **others = api_sessions_other_workspaces(s->srv, s);
 
@@ -199,6 +203,8 @@ static char **build_argv(struct api_session *s, const struct api_run_request *rq
 			a.oom = true;
 		for (char **o = others; o && *o; o++)
 			arg(&a, "--hide-if-free"), arg(&a, *o);
+		for (char **h = cfg->hidden; h && *h; h++)
+			arg(&a, "--hide-if-free"), arg(&a, *h);
 	}
 	arg(&a, "--uid"), argf(&a, "%u", (unsigned)s->pool_uid);
 	arg(&a, "--gid"), argf(&a, "%u", (unsigned)s->pool_gid);

@@ -38,6 +38,7 @@ struct api_config {
 	bool allow_network;
 	char **allowed_writable; /* prefixes allowed in extra_writable */
 	char **allowed_binds;    /* prefixes allowed as bind sources */
+	char **hidden;           /* host dirs every run hides (besides other sessions' workspaces) */
 	bool allow_root_owner;   /* allow mapping the pool uid to uid 0 (any mode) */
 	bool idmap;              /* use idmapped mounts for rw/ro sessions when the kernel has them */
 	char *draftfs;           /* path of the draftfs binary */

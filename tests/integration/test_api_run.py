@@ -129,6 +129,23 @@ def test_other_sessions_workspaces_are_hidden(api):
     assert out.split() == ["canary-b"], out
 
 
+def test_operator_hidden_dirs(env):
+    # --hide: every run sees an empty dir there, except what its session is given
+    wa = env.workspace("proj/wa", files={"a.txt": "mine\n"})
+    secret = env.workspace("secret", files={"s.txt": "canary-s\n"})
+    srv = env.server(["--hide", secret, "--hide", os.path.dirname(wa), "--hide", os.path.join(env.base, "absent")])
+    c = srv.client()
+    sid = c.create(wa, profile="balanced")
+    out, last = c.run_ok(sid, f"cat a.txt; cat {secret}/s.txt 2>/dev/null; ls -A {secret}; echo -; ls -A ..; true")
+    assert last["type"] == "execution_complete", out
+    assert out.split() == ["mine", "-", "wa"], out
+    # a session on a hidden dir itself sees its workspace
+    sid = c.create(secret, profile="balanced")
+    out, _ = c.run_ok(sid, "cat s.txt")
+    assert out.split() == ["canary-s"], out
+    srv.stop()
+
+
 def test_timeout(api):
     env, srv, c = api
     sid = c.create(env.workspace())

@@ -164,6 +164,10 @@ static void test_config(void)
 	ok(api_config_set(&cfg, "allow-bind", "/a") == 0 && api_config_set(&cfg, "allow-bind", "/b") == 0 &&
 	   cfg.allowed_binds && !strcmp(cfg.allowed_binds[1], "/b"), "repeatable setting");
 	ok(api_config_set(&cfg, "uid-pool-base", "0") == -EINVAL, "uid 0 is not a pool");
+	ok(api_config_set(&cfg, "hide", "/srv//data/") == 0 && cfg.hidden && !strcmp(cfg.hidden[0], "/srv/data"),
+	   "hide: normalized");
+	ok(api_config_set(&cfg, "hide", "data") == -EINVAL && api_config_set(&cfg, "hide", "/a/../etc") == -EINVAL &&
+	   !cfg.hidden[1], "hide: absolute, no '..'");
 
 	fd = mkstemp(path);
 	ok(fd >= 0, "temp config");
