@@ -22,6 +22,23 @@
 /* Where users keep their data on a Linux host, hidden by the strict profile. */
 static const char *const default_hides[] = { "/home", "/root", "/srv", "/mnt", "/media" };
 
+/*
+ * Mount points the sandbox gets fresh (bwrap's /dev and /proc, the
+ * launcher's /sys, tmpfs over /run, /tmp and, strict, /var/tmp). The
+ * hides are mounted after them, so one at or above them would bury them.
+ */
+static const char *const sandbox_own[] = { "/dev", "/proc", "/sys", "/run", "/tmp", "/var/tmp" };
+
+bool launch_hide_covers_sandbox(const char *dir)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(sandbox_own); i++)
+		if (launch_path_has_prefix(sandbox_own[i], dir))
+			return true;
+	/* not the host's inside: nothing of the host's to hide there */
+	return launch_path_has_prefix(dir, "/dev") || launch_path_has_prefix(dir, "/proc") ||
+	       launch_path_has_prefix(dir, "/sys");
+}
+
 /* True if hiding @dir would hide something the sandbox is given. */
 static bool covers_given(const struct launch_config *c, const char *dir)
 {
@@ -33,7 +50,10 @@ static bool covers_given(const struct launch_config *c, const char *dir)
 	return false;
 }
 
-/* Resolves @path into @out. Returns 0 or -errno (-EINVAL for "/", -EBUSY if it covers a given path). */
+/*
+ * Resolves @path into @out. Returns 0 or -errno: -EPERM if it would bury
+ * the sandbox's own mounts, -EBUSY if it would hide what the run is given.
+ */
 static int resolve_one(const struct launch_config *c, const char *path, char **out)
 {
 	char buf[PATH_MAX];
@@ -45,8 +65,8 @@ static int resolve_one(const struct launch_config *c, const char *path, char **o
 		return -errno;
 	if (!S_ISDIR(st.st_mode))
 		return -ENOTDIR;
-	if (strcmp(buf, "/") == 0)
-		return -EINVAL;
+	if (launch_hide_covers_sandbox(buf))
+		return -EPERM;
 	if (covers_given(c, buf))
 		return -EBUSY;
 	*out = strdup(buf);

@@ -117,16 +117,24 @@ struct launch_config {
 };
 
 /*
- * Resolves c->hides (realpath; each must be an existing dir, not "/", and
- * not at or below the workspace destination or an exposed path, which
+ * Resolves c->hides (realpath; each must be an existing dir, must not
+ * cover the sandbox's own mounts (launch_hide_covers_sandbox()), and must
+ * not be at or below the workspace destination or an exposed path, which
  * the sandbox must see) and adds the strict profile's defaults (/home,
  * /root, /srv, /mnt, /media, where they exist and hide nothing the run is
  * given) unless c->no_default_hides. c->hides then holds the resolved
  * paths, c->hides_if_free among them where they exist and hide nothing
  * the run is given. Returns 0, or -errno with *ret_bad naming the option's path
- * (-EINVAL: "/", -EBUSY: it would hide the workspace or an exposed path).
+ * (-EPERM: it covers the sandbox's own mounts, -EBUSY: it would hide the
+ * workspace or an exposed path).
  */
 int launch_hide_resolve(struct launch_config *c, const char **ret_bad);
+/*
+ * True if a tmpfs at @dir would bury what the sandbox mounts itself: @dir is
+ * /dev, /proc, /sys, /run, /tmp, /var/tmp or an ancestor of one, or lies in
+ * /dev, /proc or /sys (not the host's inside).
+ */
+bool launch_hide_covers_sandbox(const char *dir);
 
 /* Fills @c with the defaults. */
 void launch_config_init(struct launch_config *c);

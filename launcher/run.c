@@ -1088,8 +1088,8 @@ int launch_run(struct launch_config *c)
 	if (r == -EBUSY) {
 		log_error("cannot hide '%s': the workspace or an exposed path lies there", bad);
 		goto out;
-	} else if (r == -EINVAL) {
-		log_error("cannot hide '%s': it is the whole host", bad);
+	} else if (r == -EPERM) {
+		log_error("cannot hide '%s': the sandbox's own /dev, /proc, /sys, /run, /tmp or /var/tmp lies there", bad);
 		goto out;
 	} else if (r < 0) {
 		r = log_error_errno(r, "cannot hide '%s'", bad ? bad : "?");

@@ -133,7 +133,10 @@ def test_hide_an_ancestor_of_the_workspace(box):
 @pytest.mark.parametrize("what,msg", [
     ("missing", b"cannot hide '%s': No such file or directory"),
     ("file", b"cannot hide '%s': Not a directory"),
-    ("root", b"cannot hide '/': it is the whole host"),
+    ("root", b"cannot hide '/': the sandbox's own /dev, /proc, /sys, /run, /tmp or /var/tmp lies there"),
+    ("var", b"cannot hide '/var': the sandbox's own /dev, /proc, /sys, /run, /tmp or /var/tmp lies there"),
+    ("tmp", b"cannot hide '/tmp': the sandbox's own /dev, /proc, /sys, /run, /tmp or /var/tmp lies there"),
+    ("proc", b"cannot hide '/proc/sys': the sandbox's own /dev, /proc, /sys, /run, /tmp or /var/tmp lies there"),
     ("workspace", b"cannot hide '%s': the workspace or an exposed path lies there"),
     ("below-workspace", b"cannot hide '%s': the workspace or an exposed path lies there"),
     ("relative", b"--hide needs an absolute path without '..', got 'rel'"),
@@ -141,7 +144,8 @@ def test_hide_an_ancestor_of_the_workspace(box):
 ])
 def test_bad_hides_fail_before_anything_runs(box, what, msg):
     os.mkdir(os.path.join(box.ws, "sub"))
-    path = {"missing": os.path.join(box.dir, "nope"), "file": "/etc/passwd", "root": "/",
+    path = {"missing": os.path.join(box.dir, "nope"), "file": "/etc/passwd", "root": "/", "var": "/var",
+            "tmp": "/tmp", "proc": "/proc/sys",
             "workspace": box.ws, "below-workspace": os.path.join(box.ws, "sub"), "relative": "rel",
             "dotdot": box.ws + "/../ws"}[what]
     marker = os.path.join(box.ws, "ran")
@@ -157,3 +161,11 @@ def test_hide_if_free_skips_what_is_absent_or_given(box, vartmp):
                 "--hide-if-free", box.ws, "--hide-if-free", os.path.join(box.ws, "deeper"),
                 "--hide-if-free", vartmp)
     assert r.rc == 0 and r.stdout == b"ok\n", r
+
+
+def test_hide_if_free_never_buries_the_sandbox_own_mounts(box):
+    # another session's workspace could be /var or /tmp: the run keeps its own /tmp, /var/tmp and /proc
+    r = box.run(["sh", "-c", "echo t > /tmp/t && echo v > /var/tmp/v && cat /tmp/t /var/tmp/v && "
+                 "stat -f -c %T /proc && ls /var/lib >/dev/null && echo ok"],
+                *[a for p in ("/var", "/tmp", "/", "/proc/sys", "/run") for a in ("--hide-if-free", p)])
+    assert r.rc == 0 and r.stdout.split() == [b"t", b"v", b"proc", b"ok"], r

@@ -168,6 +168,9 @@ static void test_config(void)
 	   "hide: normalized");
 	ok(api_config_set(&cfg, "hide", "data") == -EINVAL && api_config_set(&cfg, "hide", "/a/../etc") == -EINVAL &&
 	   !cfg.hidden[1], "hide: absolute, no '..'");
+	ok(api_config_set(&cfg, "hide", "/var") == -EINVAL && api_config_set(&cfg, "hide", "/tmp") == -EINVAL &&
+	   api_config_set(&cfg, "hide", "/proc/1") == -EINVAL && api_config_set(&cfg, "hide", "/var/lib") == 0,
+	   "hide: never the sandbox's own mounts or above");
 
 	fd = mkstemp(path);
 	ok(fd >= 0, "temp config");
