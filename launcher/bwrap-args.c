@@ -54,6 +54,20 @@ static bool is_real_dir(const char *p)
 	return lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* "--perms 0755 OP PATH": a dir or tmpfs the sandbox uid can walk. */
+static int add_0755(char ***args, const char *op, const char *path)
+{
+	int r = add(args, "--perms");
+
+	if (r >= 0)
+		r = add(args, "0755");
+	if (r >= 0)
+		r = add(args, op);
+	if (r >= 0)
+		r = add(args, path);
+	return r;
+}
+
 /*
  * bwrap creates missing mount points' parents 0700, which the sandbox uid
  * could not walk through: create every ancestor of @dest 0755 first
@@ -75,13 +89,7 @@ static int add_parents(char ***args, char ***done, const char *dest)
 		if (!seen) {
 			r = strv_push(done, p);
 			if (r >= 0)
-				r = add(args, "--perms");
-			if (r >= 0)
-				r = add(args, "0755");
-			if (r >= 0)
-				r = add(args, "--dir");
-			if (r >= 0)
-				r = add(args, p);
+				r = add_0755(args, "--dir", p);
 			if (r < 0)
 				return r;
 		}
@@ -90,12 +98,6 @@ static int add_parents(char ***args, char ***done, const char *dest)
 	return 0;
 }
 
-#define PARENTS(dest)                                       \
-	do {                                                \
-		r = add_parents(&args, &done, (dest));      \
-		if (r < 0)                                  \
-			return r;                           \
-	} while (0)
 
 /*
  * An empty root-owned 0755 tmpfs at @dest (its parents made walkable
@@ -117,21 +119,17 @@ static int add_tmpfs(char ***args, char ***done, const char *dest)
 			(*done)[out++] = *d;
 	if (*done)
 		(*done)[out] = NULL;
-	r = add(args, "--perms");
-	if (r >= 0)
-		r = add(args, "0755");
-	if (r >= 0)
-		r = add(args, "--tmpfs");
-	if (r >= 0)
-		r = add(args, dest);
-	return r;
+	return add_0755(args, "--tmpfs", dest);
 }
 
-#define TMPFS(dest)                                         \
-	do {                                                \
-		r = add_tmpfs(&args, &done, (dest));        \
-		if (r < 0)                                  \
-			return r;                           \
+/* In launch_bwrap_args(): the parents of @dest, or a tmpfs at @dest (add_tmpfs()). */
+#define PARENTS(dest) OR_RETURN(add_parents(&args, &done, (dest)))
+#define TMPFS(dest) OR_RETURN(add_tmpfs(&args, &done, (dest)))
+#define OR_RETURN(call)              \
+	do {                         \
+		r = (call);          \
+		if (r < 0)           \
+			return r;    \
 	} while (0)
 
 int launch_bwrap_args(const struct launch_config *c, const struct launch_plan *p, char ***ret)

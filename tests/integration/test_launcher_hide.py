@@ -20,27 +20,29 @@ require_sandbox()
 DEFAULT_HIDDEN = ["/home", "/root", "/srv", "/mnt", "/media"]
 
 
+def canary_dir(parent, prefix, name, text):
+    """A 0755 dir in @parent holding a 0644 file @name: what any user may read."""
+    d = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    os.chmod(d, 0o755)
+    with open(os.path.join(d, name), "w") as f:
+        f.write(text)
+    os.chmod(os.path.join(d, name), 0o644)
+    return d
+
+
 @pytest.fixture
 def home():
-    """A user's home as Debian long made them (0755, files 0644), holding a canary."""
+    """A user's home as many systems make them (0755, files 0644), holding a canary."""
     if not os.path.isdir("/home"):
         pytest.skip("this host has no /home to hide")
-    d = tempfile.mkdtemp(prefix="dbx-home-", dir="/home")
-    os.chmod(d, 0o755)
-    with open(os.path.join(d, "notes.txt"), "w") as f:
-        f.write("canary-home\n")
-    os.chmod(os.path.join(d, "notes.txt"), 0o644)
+    d = canary_dir("/home", "dbx-home-", "notes.txt", "canary-home\n")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture
 def vartmp():
-    d = tempfile.mkdtemp(prefix="dbx-hide-", dir="/var/tmp")
-    os.chmod(d, 0o755)
-    with open(os.path.join(d, "f"), "w") as f:
-        f.write("canary-var\n")
-    os.chmod(os.path.join(d, "f"), 0o644)
+    d = canary_dir("/var/tmp", "dbx-hide-", "f", "canary-var\n")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
