@@ -21,7 +21,7 @@
 enum opt_kind {
 	OPT_STRING,
 	OPT_STRV,
-	OPT_PATHV, /* absolute paths without '..', normalized */
+	OPT_HIDE_DIRS, /* dirs to hide: absolute, no '..', normalized, not the sandbox's own mounts or above */
 	OPT_BOOL,
 	OPT_U16,
 	OPT_UNSIGNED,
@@ -61,7 +61,7 @@ static const struct opt_def opt_defs[] = {
 	O("allow-network", OPT_BOOL, allow_network, "let sessions ask for share_net (default false)"),
 	O("allow-writable", OPT_STRV, allowed_writable, "prefix allowed in extra_writable (repeatable)"),
 	O("allow-bind", OPT_STRV, allowed_binds, "prefix allowed as a bind source (repeatable)"),
-	O("hide", OPT_PATHV, hidden, "host dir every run's sandbox sees as an empty dir (repeatable; not /dev, /proc, /sys, /run, /tmp, /var/tmp or above)"),
+	O("hide", OPT_HIDE_DIRS, hidden, "host dir every run's sandbox sees as an empty dir (repeatable; not /dev, /proc, /sys, /run, /tmp, /var/tmp or above)"),
 	O("allow-root-owner", OPT_BOOL, allow_root_owner, "allow workspaces owned by root: the sandbox then acts as root on them (default false)"),
 	O("idmap", OPT_BOOL, idmap, "idmapped mounts for rw/ro sessions (default true; ro falls back to a read-only draftfs)"),
 	O("draftfs", OPT_STRING, draftfs, "draftfs binary (default: next to draftboxd, then PATH)"),
@@ -180,7 +180,7 @@ int api_config_set(struct api_config *c, const char *key, const char *value)
 		}
 		case OPT_STRV:
 			return strv_push((char ***)field, value);
-		case OPT_PATHV: {
+		case OPT_HIDE_DIRS: {
 			_cleanup_free_ char *p = NULL;
 
 			if (launch_path_normalize(value, &p) < 0 || launch_hide_covers_sandbox(p))

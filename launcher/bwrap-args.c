@@ -98,7 +98,6 @@ static int add_parents(char ***args, char ***done, const char *dest)
 	return 0;
 }
 
-
 /*
  * An empty root-owned 0755 tmpfs at @dest (its parents made walkable
  * first). The dirs add_parents() made below @dest are gone with it, so they

@@ -252,6 +252,16 @@ static int set_path(char **field, const char *opt, const char *value)
 	return 0;
 }
 
+/* Appends a normalized absolute path from a repeatable option to @list, or logs why not. */
+static int push_path(char ***list, const char *opt, const char *value)
+{
+	_cleanup_free_ char *p = NULL;
+
+	if (launch_path_normalize(value, &p) < 0)
+		return bad_usage("%s needs an absolute path without '..', got '%s'", opt, value);
+	return strv_push(list, p);
+}
+
 static void usage(void)
 {
 	printf("usage: draftbox-run [OPTIONS] -- COMMAND [ARGS...]\n"
@@ -416,18 +426,9 @@ static int parse_one(struct launch_config *c, int opt, const char *v)
 			c->exposes[c->n_exposes++] = e;
 		}
 		return 0;
-	case OPT_ALLOW:
-	case OPT_HIDE:
-	case OPT_HIDE_IF_FREE: {
-		_cleanup_free_ char *p = NULL;
-		char ***list = opt == OPT_ALLOW ? &c->allow : opt == OPT_HIDE ? &c->hides : &c->hides_if_free;
-
-		r = launch_path_normalize(v, &p);
-		if (r < 0)
-			return bad_usage("%s needs an absolute path without '..', got '%s'",
-					 opt == OPT_ALLOW ? "--allow" : opt == OPT_HIDE ? "--hide" : "--hide-if-free", v);
-		return strv_push(list, p);
-	}
+	case OPT_ALLOW: return push_path(&c->allow, "--allow", v);
+	case OPT_HIDE: return push_path(&c->hides, "--hide", v);
+	case OPT_HIDE_IF_FREE: return push_path(&c->hides_if_free, "--hide-if-free", v);
 	case OPT_UID:
 		if (parse_u64(v, UINT32_MAX - 1, &u) < 0 || u == 0)
 			return bad_usage("bad --uid '%s' (a number, not 0)", v);

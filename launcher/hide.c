@@ -6,9 +6,9 @@
  * other sessions' workspaces. The strict profile hides the usual places of
  * users' data; --hide adds dirs, and --hide-if-free adds dirs that are
  * skipped when absent or when they would hide what the run is given
- * (draftboxd passes its other sessions' workspaces so). Whatever the sandbox must see (the workspace, exposed
- * paths, the home dir, the helper) is bound on top afterwards, so it may
- * lie below a hidden dir.
+ * (draftboxd passes its other sessions' workspaces so). Whatever the
+ * sandbox must see (the workspace, exposed paths, the home dir, the
+ * helper) is bound on top afterwards, so it may lie below a hidden dir.
  */
 #include <errno.h>
 #include <limits.h>
