@@ -34,6 +34,20 @@ struct pending_notify {
 static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pending_notify *pending_head, **pending_tail = &pending_head;
 static atomic_bool quiesced;
+/* The upper changed behind the quota's counters (a commit, discard or
+ * materialize moved or removed files): count it again before writers go on. */
+static atomic_bool quota_stale;
+
+static void quota_recount(void)
+{
+	int r;
+
+	if (!atomic_exchange(&quota_stale, false))
+		return;
+	r = ovl_quota_scan();
+	if (r < 0)
+		log_warning_errno(r, "cannot count the upper layer for the quota again; keeping the old count");
+}
 
 static void send_notify(struct ovl_fs *fs, fuse_ino_t parent, const char *name)
 {
@@ -99,6 +113,7 @@ void ovl_live_quiesce(void *userdata, bool on)
 		ovl_bgfill_flush();
 		(void)ovl_finalize_flush();
 	} else {
+		quota_recount();
 		atomic_store(&quiesced, false);
 		pthread_rwlock_unlock(&fs->quiesce);
 		flush_pending(fs);
@@ -118,6 +133,9 @@ void ovl_live_changed(void *userdata, const char *path)
 
 	if (path_check_relative(path) < 0)
 		return;
+	atomic_store(&quota_stale, true);
+	if (!atomic_load(&quiesced))
+		quota_recount(); /* an invalidation: nothing holds the writers, so count now */
 	copy = strdup(path);
 	if (!copy)
 		return;

@@ -28,7 +28,7 @@ def is_mounted(path):
 class Live:
     """A draftfs daemon (-f) over the layers of a Session, at @mnt."""
 
-    def __init__(self, s, upper=None, work=None, mnt=None, env=None):
+    def __init__(self, s, upper=None, work=None, mnt=None, env=None, opts=None):
         self.s = s
         self.upper = upper or s.upper
         self.work = work or s.work
@@ -36,7 +36,8 @@ class Live:
         os.makedirs(self.mnt, exist_ok=True)
         e = dict(os.environ)
         e.update(env or {})
-        opts = "lowerdir=%s,upperdir=%s,workdir=%s" % (":".join(s.lowers), self.upper, self.work)
+        opts = "lowerdir=%s,upperdir=%s,workdir=%s" % (":".join(s.lowers), self.upper, self.work) + \
+            ("," + opts if opts else "")
         self.errf = open(self.mnt.rstrip("/") + ".stderr", "wb")
         self.proc = subprocess.Popen([draftfs_bin(), "-f", "-o", opts, self.mnt], stdin=subprocess.DEVNULL,
                                      stdout=self.errf, stderr=self.errf, env=e)
@@ -169,6 +170,47 @@ def test_live_diff_commit_discard(live):
     # offline commands refuse a mounted session (the daemon holds the session lock)
     p = s.run("commit", check=False)
     assert p.returncode == 1 and "mounted" in p.stderr
+
+
+def fill_to_quota(mp, prefix, size):
+    """Writes files of @size bytes until the quota refuses one; returns how many fit."""
+    for i in range(64):
+        try:
+            with open(os.path.join(mp, "%s%d" % (prefix, i)), "wb") as f:
+                f.write(b"q" * size)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, e
+            os.unlink(os.path.join(mp, "%s%d" % (prefix, i)))
+            return i
+    raise AssertionError("the quota never refused a write")
+
+
+@pytest.mark.parametrize("how", ["discard", "discard-path", "commit", "commit-path"])
+def test_live_quota_given_back(live, how):
+    """Commit and discard take files out of the upper: the quota gets their bytes and inodes back, as an rm in
+    the view does (it used to count them until the next mount, so a session ran out of space for good)."""
+    s, start = live
+    populate(s.lower)
+    m = start(opts="quota_bytes=1M,quota_inodes=40")
+    mp = m.mnt
+    os.mkdir(os.path.join(mp, "d"))
+    fitted = fill_to_quota(os.path.join(mp, "d"), "f", 256 << 10)
+    assert 3 <= fitted <= 4
+    with pytest.raises(OSError) as e:
+        with open(os.path.join(mp, "README"), "a") as f:
+            f.write("x" * (512 << 10))
+    assert e.value.errno == errno.ENOSPC
+    verb, paths = how.split("-")[0], (["d"] if how.endswith("-path") else [])
+    m.run(verb, *paths)
+    assert "d" not in m.changes()
+    assert fill_to_quota(mp, "again", 256 << 10) == fitted  # all of it back, bytes ...
+    for i in range(fitted):
+        os.unlink(os.path.join(mp, "again%d" % i))
+    m.run("discard")
+    for i in range(39):  # ... and inodes
+        os.mkdir(os.path.join(mp, "n%d" % i))
+    m.run("discard")
+    os.mkdir(os.path.join(mp, "n"))
 
 
 def test_live_commit_while_writing(live):
