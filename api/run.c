@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
  * Runs (see run.h): the draftbox-run command line for a session, the pump
- * that feeds the code to bash's stdin and reads output, result JSON and the
+ * that feeds the code to bash's stdin (its commands read /dev/null) and reads output, result JSON and the
  * launcher's exit through one poll(), the SSE response of a foreground run
  * (which cancels the run when its client goes away), background runs with
  * their log, and the pid file that lets a restart kill runs of a crashed
@@ -233,7 +233,15 @@ static char **build_argv(struct api_session *s, const struct api_run_request *rq
 	arg(&a, "--stdin-fd"), arg(&a, "0");
 	arg(&a, "--json-fd"), arg(&a, "3");
 	arg(&a, "--");
-	arg(&a, "/bin/bash"), arg(&a, "--noprofile"), arg(&a, "--norc");
+	/*
+	 * bash reads the whole script from its stdin before it runs a line of
+	 * it, and its commands get /dev/null: a command that reads stdin (cat,
+	 * read, python -) must not eat the rest of the script. cat, because
+	 * bash's read builtin takes a pipe byte by byte and the sandbox uid may
+	 * not reopen our pipe as /dev/stdin.
+	 */
+	arg(&a, "/bin/bash"), arg(&a, "--noprofile"), arg(&a, "--norc"), arg(&a, "-c");
+	arg(&a, "c=$(command -p cat); exec </dev/null; eval \"$c\"$'\\n'"), arg(&a, "/bin/bash");
 	if (a.oom) {
 		strv_free(a.v);
 		return NULL;

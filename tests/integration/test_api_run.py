@@ -61,6 +61,19 @@ def test_code_on_stdin_and_envs(api):
     assert sum(len(l) for l in lines[1:]) == 200000
 
 
+def test_commands_reading_stdin_do_not_eat_the_script(api):
+    """The code reaches bash on its stdin, but its commands read /dev/null: a `cat`, `read` or `python -` used
+    to swallow the rest of the script, which then ended early with exit 0."""
+    env, srv, c = api
+    sid = c.create(env.workspace())
+    out, last = c.run_ok(sid, "echo step1\nhead -1\ncat\nread -r x; echo \"read=$? x=$x\"\necho step2\n"
+                         "python3 -c 'import sys; print(repr(sys.stdin.read()))'\nexit 7\necho never")
+    assert out.splitlines() == ["step1", "read=1 x=", "step2", "''"], out
+    assert last["exit_code"] == 7, last
+    out, _ = c.run_ok(sid, "cat <<EOF\nlast line $((1 + 1))\nEOF")  # a here-doc closed by the end of the code
+    assert out == "last line 2", out
+
+
 def test_envs_stay_off_host_command_lines(api):
     """A run's envs often carry tokens: they must not show up in any host process's
     command line (every host user can read those with ps), only in the sandbox."""
