@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
  * Runs (see run.h): the draftbox-run command line for a session, the pump
- * that feeds the code to bash's stdin (its commands read /dev/null) and reads output, result JSON and the
- * launcher's exit through one poll(), the SSE response of a foreground run
- * (which cancels the run when its client goes away), background runs with
+ * that feeds the code to bash's stdin (its commands read /dev/null) and
+ * reads output, result JSON and the launcher's exit through one poll(), the
+ * SSE response of a foreground run (which cancels the run when its client
+ * goes away), background runs with
  * their log, and the pid file that lets a restart kill runs of a crashed
  * server.
  */

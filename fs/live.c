@@ -133,9 +133,10 @@ void ovl_live_changed(void *userdata, const char *path)
 
 	if (path_check_relative(path) < 0)
 		return;
-	atomic_store(&quota_stale, true);
-	if (!atomic_load(&quiesced))
-		quota_recount(); /* an invalidation: nothing holds the writers, so count now */
+	/* Only what the control plane did under the quiesce moved upper files;
+	 * an invalidation from another mount reports changes of the lower. */
+	if (atomic_load(&quiesced))
+		atomic_store(&quota_stale, true);
 	copy = strdup(path);
 	if (!copy)
 		return;
