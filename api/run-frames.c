@@ -10,28 +10,39 @@
 #include <string.h>
 
 #include "json-util.h"
+#include "macro.h"
 #include "run.h"
 
-static int append_object(char **buf, size_t *len, cJSON *o)
+void api_frames_done(struct api_frames *f)
+{
+	free(f->buf);
+	*f = (struct api_frames){};
+}
+
+static int append_object(struct api_frames *f, cJSON *o)
 {
 	_cleanup_cjson_str_ char *s = cJSON_PrintUnformatted(o);
 	size_t n;
-	char *nb;
 
 	if (!s)
 		return -ENOMEM;
 	n = strlen(s);
-	nb = realloc(*buf, *len + n + 3);
-	if (!nb)
-		return -ENOMEM;
-	memcpy(nb + *len, s, n);
-	memcpy(nb + *len + n, "\n\n", 3);
-	*buf = nb;
-	*len += n + 2;
+	if (f->len + n + 3 > f->cap) {
+		size_t cap = MAX(MAX(f->cap * 2, f->len + n + 3), (size_t)4096);
+		char *nb = realloc(f->buf, cap);
+
+		if (!nb)
+			return -ENOMEM;
+		f->buf = nb;
+		f->cap = cap;
+	}
+	memcpy(f->buf + f->len, s, n);
+	memcpy(f->buf + f->len + n, "\n\n", 3);
+	f->len += n + 2;
 	return 0;
 }
 
-int api_frame_output(char **buf, size_t *len, bool is_stderr, const char *text, size_t text_len, uint64_t ts)
+int api_frame_output(struct api_frames *f, bool is_stderr, const char *text, size_t text_len, uint64_t ts)
 {
 	_cleanup_json_ cJSON *o = cJSON_CreateObject();
 	_cleanup_free_ char *clean = json_utf8_sanitize(text, text_len);
@@ -41,10 +52,10 @@ int api_frame_output(char **buf, size_t *len, bool is_stderr, const char *text, 
 	if (!cJSON_AddStringToObject(o, "type", is_stderr ? "stderr" : "stdout") ||
 	    !cJSON_AddStringToObject(o, "text", clean) || !cJSON_AddNumberToObject(o, "timestamp", (double)ts))
 		return -ENOMEM;
-	return append_object(buf, len, o);
+	return append_object(f, o);
 }
 
-int api_frame_final(char **buf, size_t *len, int exit_code, bool timed_out, bool cancelled, const char *error,
+int api_frame_final(struct api_frames *f, int exit_code, bool timed_out, bool cancelled, const char *error,
 		    uint64_t ts, uint64_t elapsed_ms)
 {
 	_cleanup_json_ cJSON *o = cJSON_CreateObject();
@@ -59,7 +70,7 @@ int api_frame_final(char **buf, size_t *len, int exit_code, bool timed_out, bool
 		    !cJSON_AddNumberToObject(o, "execution_time", (double)elapsed_ms) ||
 		    !cJSON_AddNumberToObject(o, "exit_code", 0))
 			return -ENOMEM;
-		return append_object(buf, len, o);
+		return append_object(f, o);
 	}
 	if (error)
 		snprintf(text, sizeof(text), "%s", error);
@@ -80,7 +91,7 @@ int api_frame_final(char **buf, size_t *len, int exit_code, bool timed_out, bool
 	if (!cJSON_AddNumberToObject(o, "exit_code", exit_code) ||
 	    !cJSON_AddNumberToObject(o, "execution_time", (double)elapsed_ms))
 		return -ENOMEM;
-	return append_object(buf, len, o);
+	return append_object(f, o);
 }
 
 int api_lines_feed(char **line, size_t *line_len, const char *data, size_t size, bool flush, size_t max,
@@ -94,6 +105,14 @@ int api_lines_feed(char **line, size_t *line_len, const char *data, size_t size,
 		size_t chunk = nl ? (size_t)(nl - (data + i)) : size - i;
 		char *nb;
 
+		if (nl && *line_len == 0 && chunk < max) {
+			/* a whole line in @data: no copy */
+			r = emit(userdata, data + i, chunk > 0 && data[i + chunk - 1] == '\r' ? chunk - 1 : chunk);
+			if (r < 0)
+				return r;
+			i += chunk + 1;
+			continue;
+		}
 		/* keep the pending line under @max: emit it in pieces */
 		while (*line_len + chunk >= max) {
 			size_t take = max - *line_len;

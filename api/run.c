@@ -31,6 +31,7 @@
 extern char **environ;
 
 #define LINE_MAX_BYTES (64 * 1024)
+#define STEP_OUTPUT_MAX (64 * 1024) /* bytes of each pipe one step reads at most */
 #define CANCEL_KILL_MS 8000     /* SIGKILL the launcher's group this long after a cancel */
 #define MAX_KEPT_RUNS 32
 #define LOG_READ_MAX (16u * 1024 * 1024)
@@ -624,16 +625,23 @@ static void drain_json(struct api_run *run, struct run_proc *p)
 	}
 }
 
-/* Reads what is available on one output fd; closes it at EOF. Returns 0 or -errno from @out. */
-static int drain_output(struct api_run *run, int *fd, bool is_stderr, output_fn out, void *userdata)
+/*
+ * Reads what is available on one output fd, at most about @max bytes, so
+ * a command that writes without pause cannot keep a step from returning
+ * (and its frames from being sent, and a hangup from being seen); closes
+ * the fd at EOF. Returns 0 or -errno from @out.
+ */
+static int drain_output(struct api_run *run, int *fd, bool is_stderr, size_t max, output_fn out, void *userdata)
 {
 	char buf[16384];
+	size_t got = 0;
 
-	while (*fd >= 0) {
+	while (*fd >= 0 && got < max) {
 		ssize_t n = read(*fd, buf, sizeof(buf));
 		int r;
 
 		if (n > 0) {
+			got += (size_t)n;
 			r = out(userdata, is_stderr, buf, (size_t)n, false);
 			if (r < 0)
 				return r;
@@ -708,12 +716,12 @@ static int pump_step(struct api_run *run, struct run_proc *p, int client_fd, int
 	if ((idx_out >= 0 && pfd[idx_out].revents) || (idx_err >= 0 && pfd[idx_err].revents))
 		setup_done(run); /* the command runs: bwrap is done with the mount table */
 	if (idx_out >= 0 && pfd[idx_out].revents) {
-		r = drain_output(run, &run->out_fd, false, out, userdata);
+		r = drain_output(run, &run->out_fd, false, STEP_OUTPUT_MAX, out, userdata);
 		if (r < 0)
 			return r;
 	}
 	if (idx_err >= 0 && pfd[idx_err].revents) {
-		r = drain_output(run, &run->err_fd, true, out, userdata);
+		r = drain_output(run, &run->err_fd, true, STEP_OUTPUT_MAX, out, userdata);
 		if (r < 0)
 			return r;
 	}
@@ -735,11 +743,11 @@ check_exit:
 	if (!p->exited)
 		return 0;
 	setup_done(run);
-	/* the launcher is gone: take what is left in the pipes, then reap it */
-	r = drain_output(run, &run->out_fd, false, out, userdata);
+	/* the launcher is gone and its sandbox with it: take what is left in the pipes, then reap it */
+	r = drain_output(run, &run->out_fd, false, SIZE_MAX, out, userdata);
 	if (r < 0)
 		return r;
-	r = drain_output(run, &run->err_fd, true, out, userdata);
+	r = drain_output(run, &run->err_fd, true, SIZE_MAX, out, userdata);
 	if (r < 0)
 		return r;
 	drain_json(run, p);
@@ -802,8 +810,8 @@ struct sse {
 	struct api_run *run;
 	struct run_proc proc;
 	int client_fd;
-	char *buf;
-	size_t len, off;
+	struct api_frames frames;
+	size_t off; /* sent of frames */
 	bool done, finished;
 };
 
@@ -820,7 +828,7 @@ static int emit_line(void *userdata, const char *text, size_t len)
 
 	if (len == 0)
 		return 0; /* OpenSandbox does not send empty lines either */
-	return api_frame_output(&c->sse->buf, &c->sse->len, c->is_stderr, text, len, api_now_ms());
+	return api_frame_output(&c->sse->frames, c->is_stderr, text, len, api_now_ms());
 }
 
 static int sse_output(void *userdata, bool is_stderr, const char *data, size_t size, bool flush)
@@ -838,10 +846,10 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
 	struct sse *sse = cls;
 	size_t n;
 
-	while (sse->off == sse->len) {
+	while (sse->off == sse->frames.len) {
 		int r;
 
-		sse->off = sse->len = 0;
+		sse->off = sse->frames.len = 0;
 		if (sse->done)
 			return MHD_CONTENT_READER_END_OF_STREAM;
 		r = pump_step(sse->run, &sse->proc, sse->client_fd, 1000, sse_output, sse);
@@ -858,14 +866,14 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
 
 			sse->finished = true;
 			run_finished(run);
-			if (api_frame_final(&sse->buf, &sse->len, run->exit_code, run->timed_out, run->cancelled, run->error,
+			if (api_frame_final(&sse->frames, run->exit_code, run->timed_out, run->cancelled, run->error,
 					    api_now_ms(), run->finished_at - run->started_at) < 0)
 				return MHD_CONTENT_READER_END_WITH_ERROR;
 			sse->done = true;
 		}
 	}
-	n = MIN(max, sse->len - sse->off);
-	memcpy(buf, sse->buf + sse->off, n);
+	n = MIN(max, sse->frames.len - sse->off);
+	memcpy(buf, sse->frames.buf + sse->off, n);
 	sse->off += n;
 	return (ssize_t)n;
 }
@@ -886,7 +894,7 @@ static void sse_free(void *cls)
 	}
 	safe_close(sse->proc.pidfd);
 	api_run_unref(sse->run);
-	free(sse->buf);
+	api_frames_done(&sse->frames);
 	free(sse);
 }
 

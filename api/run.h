@@ -90,9 +90,18 @@ void api_run_reap_orphan(int session_dir_fd, const char *session_id);
 
 /* --- run-frames.c: SSE frames (tested by unit tests) --- */
 
-/* Appends one frame ("<json>\n\n") to the growing buffer. Returns 0 or -ENOMEM. */
-int api_frame_output(char **buf, size_t *len, bool is_stderr, const char *text, size_t text_len, uint64_t ts);
-int api_frame_final(char **buf, size_t *len, int exit_code, bool timed_out, bool cancelled, const char *error,
+/* Frames waiting to be sent; the buffer grows geometrically (one step may frame 64 KiB of 2-byte lines). */
+struct api_frames {
+	char *buf;
+	size_t len, cap;
+};
+
+/* Frees @f's buffer and empties it. */
+void api_frames_done(struct api_frames *f);
+
+/* Appends one frame ("<json>\n\n") to @f. Returns 0 or -ENOMEM. */
+int api_frame_output(struct api_frames *f, bool is_stderr, const char *text, size_t text_len, uint64_t ts);
+int api_frame_final(struct api_frames *f, int exit_code, bool timed_out, bool cancelled, const char *error,
 		    uint64_t ts, uint64_t elapsed_ms);
 
 /*

@@ -172,16 +172,22 @@ def test_timeout(api):
     assert out == "after"
 
 
+def post_run_raw(srv, sid, code):
+    """Starts a foreground run on a raw socket, to read its stream at our pace or hang up on it."""
+    body = json.dumps({"code": code}).encode()
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(b"POST %s/%s/run HTTP/1.1\r\nHost: 127.0.0.1\r\nX-EXECD-ACCESS-TOKEN: %s\r\n"
+              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+              % (S.encode(), sid.encode(), srv.token.encode(), len(body), body))
+    return s
+
+
 def test_disconnect_cancels_run(api):
     env, srv, c = api
     ws = env.workspace()
     sid = c.create(ws)
     view = os.path.join(srv.state, "sessions", sid, "view")
-    body = json.dumps({"code": "echo started; sleep 5; echo late > late.txt"}).encode()
-    s = socket.create_connection(("127.0.0.1", srv.port))
-    s.sendall(b"POST %s/%s/run HTTP/1.1\r\nHost: 127.0.0.1\r\nX-EXECD-ACCESS-TOKEN: %s\r\n"
-              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-              % (S.encode(), sid.encode(), srv.token.encode(), len(body), body))
+    s = post_run_raw(srv, sid, "echo started; sleep 5; echo late > late.txt")
     s.settimeout(20)
     got = b""
     while b"started" not in got:
@@ -193,6 +199,28 @@ def test_disconnect_cancels_run(api):
     assert time.time() - t0 < 15
     time.sleep(6)
     assert not os.path.exists(os.path.join(view, "late.txt")), "the cancelled run went on"
+    m = c.request("GET", "/metrics").body.decode()
+    assert 'draftbox_runs_total{result="cancelled"} 1' in m
+
+
+def test_endless_output_streams_and_disconnect_stops_it(api):
+    # a command that writes without pause: its output must reach the client
+    # as it comes, and the client hanging up must still stop it
+    env, srv, c = api
+    sid = c.create(env.workspace())
+    s = post_run_raw(srv, sid, "yes")
+    s.settimeout(10)
+    got, t0 = 0, time.time()
+    while got < 8 << 20:
+        chunk = s.recv(1 << 16)
+        assert chunk, "the stream ended"
+        got += len(chunk)
+        assert time.time() - t0 < 60, f"only {got} bytes streamed in 60 s"
+    s.close()
+    t0 = time.time()
+    out, _ = c.run_ok(sid, "echo next")
+    assert out == "next"
+    assert time.time() - t0 < 20
     m = c.request("GET", "/metrics").body.decode()
     assert 'draftbox_runs_total{result="cancelled"} 1' in m
 

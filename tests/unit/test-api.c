@@ -65,15 +65,15 @@ static void test_routes(void)
 
 static void test_frames(void)
 {
-	_cleanup_free_ char *buf = NULL;
-	size_t len = 0;
+	_cleanup_(api_frames_done) struct api_frames f = {};
 	_cleanup_json_ cJSON *o = NULL;
 	char *second;
+	size_t i, frames;
 
-	ok(api_frame_output(&buf, &len, false, "he\"llo", 6, 1234) == 0, "stdout frame");
-	is_str(buf, "{\"type\":\"stdout\",\"text\":\"he\\\"llo\",\"timestamp\":1234}\n\n", "stdout frame is bare JSON and a blank line");
-	ok(api_frame_output(&buf, &len, true, "a\xff\x00z", 4, 5) == 0, "stderr frame with bad bytes");
-	second = strstr(buf, "\n\n") + 2;
+	ok(api_frame_output(&f, false, "he\"llo", 6, 1234) == 0, "stdout frame");
+	is_str(f.buf, "{\"type\":\"stdout\",\"text\":\"he\\\"llo\",\"timestamp\":1234}\n\n", "stdout frame is bare JSON and a blank line");
+	ok(api_frame_output(&f, true, "a\xff\x00z", 4, 5) == 0, "stderr frame with bad bytes");
+	second = strstr(f.buf, "\n\n") + 2;
 	o = cJSON_Parse(second);
 	ok(o != NULL, "frame with invalid UTF-8 is valid JSON");
 	is_str(cJSON_GetStringValue(cJSON_GetObjectItem(o, "type")), "stderr", "stderr type");
@@ -81,11 +81,18 @@ static void test_frames(void)
 	cJSON_Delete(o);
 	o = NULL;
 
-	free(buf);
-	buf = NULL;
-	len = 0;
-	ok(api_frame_final(&buf, &len, 3, false, false, NULL, 9, 10) == 0, "error frame");
-	o = cJSON_Parse(buf);
+	api_frames_done(&f);
+	for (i = 0; i < 100000; i++)
+		if (api_frame_output(&f, false, "y", 1, 7) < 0)
+			break;
+	for (frames = 0, second = f.buf; (second = memmem(second, f.len - (size_t)(second - f.buf), "}\n\n{", 4)); second++)
+		frames++;
+	ok(i == 100000 && frames == 99999 && f.len == 100000 * strlen("{\"type\":\"stdout\",\"text\":\"y\",\"timestamp\":7}\n\n") &&
+	   f.cap >= f.len && f.cap < 4 * f.len, "100000 frames in one buffer, grown geometrically");
+
+	api_frames_done(&f);
+	ok(api_frame_final(&f, 3, false, false, NULL, 9, 10) == 0, "error frame");
+	o = cJSON_Parse(f.buf);
 	is_str(cJSON_GetStringValue(cJSON_GetObjectItem(o, "type")), "error", "error type");
 	is_str(cJSON_GetStringValue(cJSON_GetObjectItem(o, "text")), "command exited with code 3", "error text as execd");
 	is_str(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "error"), "ename")), "ExitError", "ename");
@@ -94,20 +101,16 @@ static void test_frames(void)
 	cJSON_Delete(o);
 	o = NULL;
 
-	free(buf);
-	buf = NULL;
-	len = 0;
-	ok(api_frame_final(&buf, &len, 0, false, false, NULL, 9, 10) == 0, "complete frame");
-	o = cJSON_Parse(buf);
+	api_frames_done(&f);
+	ok(api_frame_final(&f, 0, false, false, NULL, 9, 10) == 0, "complete frame");
+	o = cJSON_Parse(f.buf);
 	is_str(cJSON_GetStringValue(cJSON_GetObjectItem(o, "type")), "execution_complete", "complete type");
 	cJSON_Delete(o);
 	o = NULL;
 
-	free(buf);
-	buf = NULL;
-	len = 0;
-	ok(api_frame_final(&buf, &len, 124, true, false, NULL, 9, 10) == 0, "timeout frame");
-	o = cJSON_Parse(buf);
+	api_frames_done(&f);
+	ok(api_frame_final(&f, 124, true, false, NULL, 9, 10) == 0, "timeout frame");
+	o = cJSON_Parse(f.buf);
 	is_str(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "error"), "ename")), "TimeoutError", "timeout ename");
 }
 
@@ -141,6 +144,9 @@ static void test_lines(void)
 	memset(&c, 0, sizeof(c));
 	ok(api_lines_feed(&line, &line_len, "0123456789", 10, true, 4, collect_line, &c) == 0, "long line");
 	is_str(c.out, "[0123][4567][89]", "long lines are cut at the maximum");
+	memset(&c, 0, sizeof(c));
+	ok(api_lines_feed(&line, &line_len, "012\n0123\r\n01\r\n", 15, false, 4, collect_line, &c) == 0, "lines near the maximum");
+	is_str(c.out, "[012][0123][][01]", "whole lines are emitted as they are, a line of the maximum is cut");
 }
 
 static void test_config(void)
