@@ -36,14 +36,14 @@ int api_files_open_read(const struct api_files_root *root, const char *path, int
 	if (S_ISLNK(st.st_mode))
 		return -ELOOP;
 	if (!S_ISREG(st.st_mode))
-		return -EINVAL; /* never open a FIFO or a device: it could block or have side effects */
+		return -ENODEV; /* never open a FIFO or a device: it could block or have side effects */
 	fd = fd_reopen(pfd, O_RDONLY | O_NOCTTY);
 	if (fd < 0)
 		return fd;
 	if (fstat(fd, &st) < 0)
 		return -errno;
 	if (!S_ISREG(st.st_mode))
-		return -EINVAL;
+		return -ENODEV;
 	*ret_size = (uint64_t)st.st_size;
 	*ret_fd = TAKE_FD(fd);
 	return 0;

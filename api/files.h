@@ -135,7 +135,7 @@ int api_files_info(const struct api_files_root *root, char *const *paths, cJSON 
 
 /*
  * files/download: opens a regular file for reading (O_RDONLY|O_CLOEXEC; never
- * a FIFO, device or symlink: -EINVAL/-ELOOP; a directory: -EISDIR). *ret_fd
+ * a FIFO, socket or device: -ENODEV; a symlink: -ELOOP; a directory: -EISDIR). *ret_fd
  * is owned by the caller, *ret_size is its size when opened (for Range and
  * Content-Length; read with pread and stop at that size). Returns 0 or -errno.
  */

@@ -224,6 +224,9 @@ enum MHD_Result api_handle_files_download(struct api_request *req)
 	r = api_files_open_read(&root, paths[0], &fd, &size);
 	if (r < 0) {
 		files_done(s);
+		if (r == -ENODEV)
+			return api_reply_error(req, 400, API_E_INVALID_FILE, "cannot download '%.300s': not a regular file",
+					       paths[0]);
 		return reply_errno(req, r, "cannot download", paths[0]);
 	}
 	/* the op is held until the response is freed (download_free); the early answers below let it go */

@@ -253,7 +253,8 @@ def test_operations(session):
     assert r.status == 404 and code_of(r) == "FILE_NOT_FOUND", r
     c.run_ok(sid, f"mkfifo {ws}/fifo")
     r = download(c, sid, f"{ws}/fifo")
-    assert r.status == 400, r  # never blocks on a FIFO
+    assert r.status == 400 and code_of(r) == "INVALID_FILE", r  # never blocks on a FIFO
+    assert "not a regular file" in r.json()["message"], r
 
     # the diff sees exactly what the API did
     d = c.request("GET", f"/v1/isolated/session/{sid}/diff").json()
