@@ -15,9 +15,24 @@
 #include "launch.h"
 #include "macro.h"
 
+/*
+ * Inherited names that carry credentials, matched case-insensitively. The
+ * list errs on the side of holding back: a variable held back by mistake
+ * can be passed on purpose (--setenv, the API's envs), a secret that got
+ * through cannot be taken back.
+ */
 static const char *const default_deny[] = {
-	"*_API_KEY", "*_TOKEN", "*_SECRET", "*_PASSWORD",
-	"AWS_*", "ALI_*", "ALIYUN_*", "K8S_*", "KUBE_*",
+	/* keys, tokens, passwords and the like, by the usual names */
+	"*_KEY", "*_KEYS", "*_KEY_*", "*APIKEY*", "*API_KEY*", "*PRIVATE_KEY*",
+	"*TOKEN", "*TOKENS", "*_TOKEN_*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*_PASS", "*_PWD", "*_PAT",
+	"*CREDENTIAL*", "*_AUTH", "*_AUTH_*", "*COOKIE*",
+	/* connection strings, which often hold a password (and see has_url_password) */
+	"*_DSN", "*DATABASE_URL*", "*CONNECTION_STRING*",
+	/* clouds, clusters, vaults */
+	"AWS_*", "AZURE_*", "CLOUDSDK_*", "ALI_*", "ALIYUN_*", "K8S_*", "KUBE_*", "KUBECONFIG", "VAULT_*",
+	/* the host user's agents */
+	"SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO", "DBUS_SESSION_BUS_ADDRESS",
+	/* the loader */
 	"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT",
 	NULL
 };
@@ -36,9 +51,24 @@ static bool match_any(const char *name, const char *const *globs)
 	return false;
 }
 
-bool launch_env_default_denied(const char *name)
+/* Whether @value holds a URL with a password in it ("scheme://user:pass@host"), whatever its name. */
+static bool has_url_password(const char *value)
 {
-	return match_any(name, default_deny);
+	for (const char *p = strstr(value, "://"); p; p = strstr(p + 3, "://")) {
+		const char *auth = p + 3, *end = auth + strcspn(auth, "/?#"), *at = NULL;
+
+		for (const char *q = auth; q < end; q++)
+			if (*q == '@')
+				at = q;
+		if (at && memchr(auth, ':', (size_t)(at - auth)))
+			return true;
+	}
+	return false;
+}
+
+bool launch_env_default_denied(const char *name, const char *value)
+{
+	return match_any(name, default_deny) || (value && has_url_password(value));
 }
 
 /* Index of @name in @env, or -1. */
@@ -98,7 +128,7 @@ int launch_env_build(const struct launch_config *c, char *const *host, const cha
 		if (c->env_allow_mode)
 			pass = match_any(name, (const char *const *)c->env_allow);
 		else
-			pass = !match_any(name, default_deny) &&
+			pass = !launch_env_default_denied(name, eq + 1) &&
 			       !match_any(name, (const char *const *)c->env_deny);
 		if (home_root && match_any(name, redirected))
 			pass = false;

@@ -167,13 +167,17 @@ int launch_strv_push_split(char ***v, const char *s, char sep);
 
 /* --- env.c --- */
 
-/* True if @name matches one of the default deny globs (case-insensitive). */
-bool launch_env_default_denied(const char *name);
+/*
+ * True if the default policy holds back @name=@value (@value may be NULL):
+ * @name matches a default deny glob (case-insensitive), or @value holds a
+ * URL with a password.
+ */
+bool launch_env_default_denied(const char *name, const char *value);
 
 /*
  * Builds the sandbox environment from @host (NULL-terminated "K=V" list):
- * default mode drops names matching the default deny globs and
- * c->env_deny; allow mode keeps only names matching c->env_allow. Then
+ * default mode drops what launch_env_default_denied() holds back and
+ * names matching c->env_deny; allow mode keeps only names matching c->env_allow. Then
  * c->setenv is applied, then HOME/TMPDIR/XDG_* point below @home_root
  * (skipped when NULL). Returns 0 and a new strv in *ret, or -errno.
  */

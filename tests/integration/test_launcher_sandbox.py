@@ -237,12 +237,15 @@ def test_environment_is_filtered(box):
     env.update({"DRAFTBOX_CANARY_API_KEY": "canary-1", "AWS_SECRET_ACCESS_KEY": "canary-2",
                 "my_token": "canary-3", "GITHUB_TOKEN": "canary-4", "DB_PASSWORD": "canary-5",
                 "LD_LIBRARY_PATH": "/canary", "aliyun_key": "canary-6", "KUBE_X": "canary-7",
-                "HARMLESS": "visible"})
+                "STRIPE_SECRET_KEY": "canary-8", "GH_PAT": "canary-9", "SSH_AUTH_SOCK": "/tmp/canary-10",
+                "DATABASE_URL": "postgres://app:canary-11@db/app",
+                "CACHE_ADDR": "redis://:canary-12@cache:6379/0",
+                "HARMLESS": "visible", "PROXY_ADDR": "http://proxy:3128"})
     r = box.run(["sh", "-c", "env; tr '\\0' '\\n' < /proc/1/environ; echo; cat /proc/self/environ"],
                 env=env, mode="ro")
     assert r.rc == 0, r
     assert b"canary" not in r.stdout, r
-    assert b"HARMLESS=visible" in r.stdout
+    assert b"HARMLESS=visible" in r.stdout and b"PROXY_ADDR=http://proxy:3128" in r.stdout
     r = box.run(["sh", "-c", "env"], "--env-allow", "HARMLESS,PATH", "--setenv", "X_SET=1",
                 "--env-deny", "NOTHING", env=env, mode="ro")
     names = sorted(l.split("=")[0] for l in r.stdout.decode().splitlines() if "=" in l)

@@ -124,18 +124,33 @@ static void test_env(void)
 	struct launch_config c;
 	char *host[] = { "PATH=/usr/bin", "OPENAI_API_KEY=s", "github_token=s", "AWS_REGION=x", "Db_Password=s",
 			 "LD_PRELOAD=/x.so", "KUBE_CONFIG=x", "HOME=/root", "LANG=C", "ALIYUN_X=1", "K8S_Y=1",
-			 "MY_SECRET=1", "SAFE=1", NULL };
+			 "MY_SECRET=1", "SAFE=1", "PG=postgres://app:pw@db/app", NULL };
 	char **env = NULL;
 
-	ok(launch_env_default_denied("FOO_API_KEY") && launch_env_default_denied("foo_api_key"), "glob case-insensitive");
-	ok(!launch_env_default_denied("API_KEYS"), "suffix glob only");
+	ok(launch_env_default_denied("FOO_API_KEY", NULL) && launch_env_default_denied("foo_api_key", NULL), "glob case-insensitive");
+	ok(launch_env_default_denied("STRIPE_SECRET_KEY", "x") && launch_env_default_denied("GH_PAT", "x") &&
+	   launch_env_default_denied("SSH_AUTH_SOCK", "/tmp/s") && launch_env_default_denied("DATABASE_URL", "x") &&
+	   launch_env_default_denied("OPENAI_API_KEYS", "x") && launch_env_default_denied("GITHUB_TOKEN_2", "x") &&
+	   launch_env_default_denied("GOOGLE_APPLICATION_CREDENTIALS", "/k.json") &&
+	   launch_env_default_denied("NPM_CONFIG__AUTH", "x") && launch_env_default_denied("SENTRY_DSN", "x") &&
+	   launch_env_default_denied("KUBECONFIG", "/k") && launch_env_default_denied("AZURE_CLIENT_ID", "x"),
+	   "credentials by their usual names");
+	ok(launch_env_default_denied("CACHE", "redis://:hunter2@cache:6379/0") &&
+	   launch_env_default_denied("MIRRORS", "http://a/ ftp://u:p@b/x") &&
+	   !launch_env_default_denied("HTTP_PROXY", "http://proxy:3128") &&
+	   !launch_env_default_denied("REPO", "https://git@example.org/x:y@z"), "a URL with a password, whatever the name");
+	ok(!launch_env_default_denied("PATH", "/usr/bin") && !launch_env_default_denied("LANG", "C.UTF-8") &&
+	   !launch_env_default_denied("TOKENIZERS_PARALLELISM", "false") && !launch_env_default_denied("TERM", "xterm") &&
+	   !launch_env_default_denied("MONKEY", "1") && !launch_env_default_denied("PWD", "/w"),
+	   "harmless names pass");
 
 	launch_config_init(&c);
 	ok(launch_env_build(&c, host, "/h", &env) == 0, "build default");
 	ok(strv_contains(env, "PATH=/usr/bin") && strv_contains(env, "LANG=C") && strv_contains(env, "SAFE=1"), "harmless kept");
 	ok(!strv_contains(env, "OPENAI_API_KEY=s") && !strv_contains(env, "github_token=s") && !strv_contains(env, "AWS_REGION=x") &&
 	   !strv_contains(env, "Db_Password=s") && !strv_contains(env, "LD_PRELOAD=/x.so") && !strv_contains(env, "KUBE_CONFIG=x") &&
-	   !strv_contains(env, "ALIYUN_X=1") && !strv_contains(env, "K8S_Y=1") && !strv_contains(env, "MY_SECRET=1"),
+	   !strv_contains(env, "ALIYUN_X=1") && !strv_contains(env, "K8S_Y=1") && !strv_contains(env, "MY_SECRET=1") &&
+	   !strv_contains(env, "PG=postgres://app:pw@db/app"),
 	   "secrets dropped");
 	ok(strv_contains(env, "HOME=/h/home") && strv_contains(env, "TMPDIR=/h/tmp") && strv_contains(env, "XDG_CONFIG_HOME=/h/config") &&
 	   strv_contains(env, "XDG_CACHE_HOME=/h/cache") && strv_contains(env, "XDG_STATE_HOME=/h/state") &&
