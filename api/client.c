@@ -471,7 +471,36 @@ char *client_join_command(char *const *argv, size_t n)
 	return out;
 }
 
-int client_run_event(const char *data, size_t len, int out_fd, int err_fd, int *exit_status, bool *finished)
+int client_run_out_flush(struct client_run_out *o)
+{
+	int r = 0;
+
+	if (o->len > 0 && o->fd >= 0)
+		r = write_full(o->fd, o->buf, o->len);
+	o->len = 0;
+	return r;
+}
+
+int client_run_out_put(struct client_run_out *o, int fd, const char *data, size_t size)
+{
+	int r;
+
+	if (fd < 0 || size == 0)
+		return 0;
+	if (fd != o->fd || o->len + size > sizeof(o->buf)) {
+		r = client_run_out_flush(o);
+		if (r < 0)
+			return r;
+		o->fd = fd;
+	}
+	if (size > sizeof(o->buf))
+		return write_full(fd, data, size);
+	memcpy(o->buf + o->len, data, size);
+	o->len += size;
+	return 0;
+}
+
+int client_run_event(const char *data, size_t len, struct client_run_out *o, int *exit_status, bool *finished)
 {
 	_cleanup_json_ cJSON *ev = cJSON_ParseWithLength(data, len);
 	const char *type = NULL, *text = NULL;
@@ -482,17 +511,16 @@ int client_run_event(const char *data, size_t len, int out_fd, int err_fd, int *
 	if (json_get_string(ev, "type", &type) < 0)
 		return 0;
 	if (strcmp(type, "stdout") == 0 || strcmp(type, "stderr") == 0) {
-		int fd = strcmp(type, "stdout") == 0 ? out_fd : err_fd;
-
+		int fd = strcmp(type, "stdout") == 0 ? o->out_fd : o->err_fd;
 		size_t n;
 
 		if (fd < 0 || json_get_string(ev, "text", &text) < 0)
 			return 0;
 		/* execd (and draftboxd) send one line per event without its "\n"; others send raw chunks. */
 		n = strlen(text);
-		r = write_full(fd, text, n);
+		r = client_run_out_put(o, fd, text, n);
 		if (r == 0 && (n == 0 || text[n - 1] != '\n'))
-			r = write_full(fd, "\n", 1);
+			r = client_run_out_put(o, fd, "\n", 1);
 		return r;
 	}
 	if (strcmp(type, "error") == 0) {
@@ -524,7 +552,7 @@ int client_run_event(const char *data, size_t len, int out_fd, int err_fd, int *
 			else
 				snprintf(msg, sizeof(msg), "draftbox: run failed: %s%s%s\n", ename ? ename : "error",
 					 evalue ? ": " : "", evalue ? evalue : "");
-			(void)write_full(err_fd, msg, strlen(msg));
+			(void)client_run_out_put(o, o->err_fd, msg, strlen(msg));
 		}
 		*finished = true;
 		return 0;
@@ -541,6 +569,7 @@ struct run_state {
 	int exit_status;
 	bool finished;
 	bool json;
+	struct client_run_out out;
 };
 
 static int run_sse_cb(const char *event, const char *data, size_t len, void *userdata)
@@ -548,16 +577,15 @@ static int run_sse_cb(const char *event, const char *data, size_t len, void *use
 	struct run_state *st = userdata;
 
 	if (st->json) {
-		/* --json: the events as JSON lines, for scripts */
-		int r = write_full(STDOUT_FILENO, data, len);
+		/* --json: the events as JSON lines, for scripts (out_fd and err_fd are -1) */
+		int r = client_run_out_put(&st->out, STDOUT_FILENO, data, len);
 
 		if (r == 0)
-			r = write_full(STDOUT_FILENO, "\n", 1);
+			r = client_run_out_put(&st->out, STDOUT_FILENO, "\n", 1);
 		if (r < 0)
 			return r;
-		return client_run_event(data, len, -1, -1, &st->exit_status, &st->finished);
 	}
-	return client_run_event(data, len, STDOUT_FILENO, STDERR_FILENO, &st->exit_status, &st->finished);
+	return client_run_event(data, len, &st->out, &st->exit_status, &st->finished);
 }
 
 /* Parses run options until the first non-option (getopt "+" mode). Returns 0 or -EINVAL/-ENOMEM. */
@@ -616,7 +644,11 @@ static int cmd_run(struct client *c, int argc, char **argv, int *ret_status)
 {
 	_cleanup_json_ cJSON *req = cJSON_CreateObject();
 	_cleanup_free_ char *target = NULL, *code = NULL, *body = NULL;
-	struct run_state st = { .exit_status = CLIENT_EXIT_RUN_LOST, .json = c->json };
+	struct run_state st = {
+		.exit_status = CLIENT_EXIT_RUN_LOST,
+		.json = c->json,
+		.out = { .out_fd = c->json ? -1 : STDOUT_FILENO, .err_fd = c->json ? -1 : STDERR_FILENO, .fd = -1 },
+	};
 	struct sse_parser p = { .cb = run_sse_cb, .userdata = &st };
 	struct http_response resp = { .fd = -1 };
 	struct http_body_part part;
@@ -695,8 +727,16 @@ static int cmd_run(struct client *c, int argc, char **argv, int *ret_status)
 			break;
 		}
 		r = sse_feed(&p, buf, (size_t)n);
+		if (r == 0)
+			r = client_run_out_flush(&st.out); /* live: what one read brought is written at once */
 		if (r != 0)
 			break;
+	}
+	if (r != -EPIPE) {
+		int f = client_run_out_flush(&st.out);
+
+		if (f < 0)
+			r = f;
 	}
 	sse_parser_done(&p);
 	/* Closing the connection makes the server cancel the run. */

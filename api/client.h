@@ -57,13 +57,31 @@ char *client_session_target(const char *id, const char *suffix);
 char *client_join_command(char *const *argv, size_t n);
 
 /*
+ * A run's output on its way to our stdout and stderr. It is gathered, and
+ * written when the fd changes (so stdout and stderr keep their order) or on
+ * client_run_out_flush(), after each read of the stream: a write(2) per
+ * read, not two per line.
+ */
+struct client_run_out {
+	int out_fd, err_fd; /* where stdout and stderr text goes; -1: dropped */
+	int fd;             /* the fd that buf holds data for */
+	size_t len;
+	char buf[65536];
+};
+
+/* Queues @size bytes for @fd (nothing when @fd is -1). Returns 0 or -errno (-EPIPE: the reader went away). */
+int client_run_out_put(struct client_run_out *o, int fd, const char *data, size_t size);
+/* Writes what is queued. Returns 0 or -errno. */
+int client_run_out_flush(struct client_run_out *o);
+
+/*
  * Parses one SSE "data" JSON event of a run and acts on it: stdout/stderr
- * text goes to @out_fd/@err_fd (dropped when -1) as a line (a "\n" is
+ * text is queued on @o for its out_fd/err_fd as a line (a "\n" is
  * added unless the text ends with one: servers send a line per event
  * without it), "error" sets *exit_status from
  * error.evalue (a decimal exit status; 1 when it is not one) and
  * "execution_complete" sets it to 0 unless an error came first.
  * *finished tells that one of those two arrived. Returns 0 or -errno
- * (-EPIPE when the reader of @out_fd/@err_fd went away).
+ * (-EPIPE when the reader of an fd went away).
  */
-int client_run_event(const char *data, size_t len, int out_fd, int err_fd, int *exit_status, bool *finished);
+int client_run_event(const char *data, size_t len, struct client_run_out *o, int *exit_status, bool *finished);

@@ -4,6 +4,8 @@
 - session create latency (POST /session, median of N, each session deleted after);
 - run of `true` over HTTP (POST /session/ID/run until the stream ends) against a bare
   `draftbox-run --view VIEW -- true` on the same session's view, interleaved;
+- output streaming: `draftbox run ID -- seq 1 N` to /dev/null (server framing, HTTP, the CLI)
+  against the bare launcher's `seq`, interleaved;
 - requests/s of files/info and files/download with wrk against a local process doing
   the same operation (stat, or open+read+close of the same file through the view).
 
@@ -149,6 +151,22 @@ def main():
         rows.append(("run `true` over HTTP vs bare `draftbox-run --view V -- true`",
                      f"{statistics.median(http_t) * 1000:.1f} ms", f"{statistics.median(bare_t) * 1000:.1f} ms",
                      f"{statistics.median(ratios):.2f}x"))
+
+        # output streaming: many short lines, through the server and the CLI, against the bare launcher
+        lines = 200000 if args.quick else 1000000
+        cli = [os.path.join(args.build_dir, "api", "draftbox"), "--url", f"http://127.0.0.1:{srv.port}",
+               "--token", srv.token, "run", sid, "--", "seq", "1", str(lines)]
+        bare_seq = bare_cmd[:-1] + ["seq", "1", str(lines)]
+        cli_t, bare_t, ratios = [], [], []
+        for _ in range(max(3, samples // 4)):
+            h = timed(lambda: subprocess.run(cli, check=True, stdout=subprocess.DEVNULL))
+            b = timed(lambda: subprocess.run(bare_seq, check=True, stdout=subprocess.DEVNULL))
+            cli_t.append(h)
+            bare_t.append(b)
+            ratios.append(h / b)
+        rows.append((f"`draftbox run ID -- seq 1 {lines}` > /dev/null vs bare `draftbox-run --view V -- seq ...`",
+                     f"{statistics.median(cli_t) * 1000:.0f} ms ({lines / statistics.median(cli_t) / 1e3:.0f}k lines/s)",
+                     f"{statistics.median(bare_t) * 1000:.0f} ms", f"{statistics.median(ratios):.2f}x"))
 
         url = f"http://127.0.0.1:{srv.port}/v1/isolated/session/{sid}/files"
         path = os.path.join(ws, "f4k")

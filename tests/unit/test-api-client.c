@@ -101,6 +101,7 @@ static void test_run_events(void)
 {
 	int out[2], err[2], status = -1;
 	bool finished = false;
+	_cleanup_free_ struct client_run_out *o = NULL;
 	char buf[256] = { 0 };
 	const char *e1 = "{\"type\":\"stdout\",\"text\":\"hello\\n\"}";
 	const char *e2 = "{\"type\":\"stderr\",\"text\":\"oops\"}";
@@ -110,23 +111,30 @@ static void test_run_events(void)
 
 	if (pipe2(out, O_CLOEXEC | O_NONBLOCK) < 0 || pipe2(err, O_CLOEXEC | O_NONBLOCK) < 0)
 		return;
-	is_int(client_run_event(e1, strlen(e1), out[1], err[1], &status, &finished), 0, "stdout event");
-	is_int(client_run_event(e2, strlen(e2), out[1], err[1], &status, &finished), 0, "stderr event");
-	is_int(client_run_event("not json", 8, out[1], err[1], &status, &finished), 0, "junk skipped");
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return;
+	*o = (struct client_run_out){ .out_fd = out[1], .err_fd = err[1], .fd = -1 };
+	is_int(client_run_event(e1, strlen(e1), o, &status, &finished), 0, "stdout event");
+	is_int(client_run_event(e2, strlen(e2), o, &status, &finished), 0, "stderr event");
+	is_int(client_run_event("not json", 8, o, &status, &finished), 0, "junk skipped");
 	ok(!finished, "not finished yet");
-	ok(read(out[0], buf, sizeof(buf) - 1) == 6 && strcmp(buf, "hello\n") == 0, "stdout text written verbatim");
+	ok(read(out[0], buf, sizeof(buf) - 1) == 6 && strcmp(buf, "hello\n") == 0,
+	   "stdout text written verbatim, when stderr text came after it");
+	ok(read(err[0], buf, sizeof(buf) - 1) < 0 && errno == EAGAIN, "stderr text held until the flush");
+	is_int(client_run_out_flush(o), 0, "flush");
 	memset(buf, 0, sizeof(buf));
 	ok(read(err[0], buf, sizeof(buf) - 1) == 5 && strcmp(buf, "oops\n") == 0, "stderr line written with its newline");
-	is_int(client_run_event(e3, strlen(e3), out[1], err[1], &status, &finished), 0, "error event");
+	is_int(client_run_event(e3, strlen(e3), o, &status, &finished), 0, "error event");
 	ok(finished && status == 3, "exit status from evalue");
-	is_int(client_run_event(e4, strlen(e4), out[1], err[1], &status, &finished), 0, "complete after error");
+	is_int(client_run_event(e4, strlen(e4), o, &status, &finished), 0, "complete after error");
 	is_int(status, 3, "error wins over complete");
 	finished = false;
 	status = -1;
-	is_int(client_run_event(e4, strlen(e4), out[1], err[1], &status, &finished), 0, "complete");
+	is_int(client_run_event(e4, strlen(e4), o, &status, &finished), 0, "complete");
 	ok(finished && status == 0, "complete alone is status 0");
 	finished = false;
-	is_int(client_run_event(e5, strlen(e5), out[1], err[1], &status, &finished), 0, "non-numeric error");
+	is_int(client_run_event(e5, strlen(e5), o, &status, &finished), 0, "non-numeric error");
 	ok(finished && status == 1, "non-numeric error is status 1");
 	close(out[0]);
 	close(out[1]);
