@@ -639,32 +639,37 @@ static int sse_line(struct sse_parser *p)
 
 int sse_feed(struct sse_parser *p, const char *buf, size_t size)
 {
-	for (size_t i = 0; i < size; i++) {
-		char c = buf[i];
+	size_t i = 0;
+
+	while (i < size) {
+		size_t j = i;
 		int r;
 
-		if (c == '\n' && p->saw_cr) {
+		if (p->saw_cr && buf[i] == '\n') {
 			p->saw_cr = false;
+			i++;
 			continue; /* the LF of a CRLF */
 		}
-		p->saw_cr = c == '\r';
-		if (c == '\r' || c == '\n') {
-			r = grow(&p->line, &p->line_alloc, p->line_len + 1);
-			if (r < 0)
-				return r;
-			p->line[p->line_len] = '\0';
-			r = sse_line(p);
-			p->line_len = 0;
-			if (r != 0)
-				return r;
-			continue;
-		}
-		if (p->line_len >= SSE_MAX_LINE)
+		p->saw_cr = false;
+		while (j < size && buf[j] != '\r' && buf[j] != '\n')
+			j++;
+		/* the line's bytes up to its end (or the end of @buf), in one piece */
+		if (p->line_len + (j - i) > SSE_MAX_LINE)
 			return -E2BIG;
-		r = grow(&p->line, &p->line_alloc, p->line_len + 2);
+		r = grow(&p->line, &p->line_alloc, p->line_len + (j - i) + 1);
 		if (r < 0)
 			return r;
-		p->line[p->line_len++] = c;
+		memcpy(p->line + p->line_len, buf + i, j - i);
+		p->line_len += j - i;
+		if (j == size)
+			break;
+		p->saw_cr = buf[j] == '\r';
+		p->line[p->line_len] = '\0';
+		r = sse_line(p);
+		p->line_len = 0;
+		if (r != 0)
+			return r;
+		i = j + 1;
 	}
 	return 0;
 }

@@ -95,6 +95,22 @@ static void test_sse(void)
 	is_str(l.buf, "[message|{\"a\":1}][x|l1\nl2][message|cr][message|{\"bare\":2}][message|tail]", "events parsed");
 	is_int(l.n, 5, "five events (one bare JSON line, as execd frames them)");
 	sse_parser_done(&p);
+
+	/* in two pieces, cut at every place, and whole */
+	for (size_t k = 0; k <= strlen(stream); k++) {
+		struct ev_log l2 = { .buf = "" };
+		struct sse_parser p2 = { .cb = ev_cb, .userdata = &l2 };
+
+		if (sse_feed(&p2, stream, k) != 0 || sse_feed(&p2, stream + k, strlen(stream) - k) != 0 ||
+		    sse_finish(&p2) != 0 || strcmp(l2.buf, l.buf) != 0) {
+			ok(false, "stream cut at %zu: %s", k, l2.buf);
+			sse_parser_done(&p2);
+			break;
+		}
+		sse_parser_done(&p2);
+		if (k == strlen(stream))
+			ok(true, "the same events however the stream is cut");
+	}
 }
 
 static void test_run_events(void)

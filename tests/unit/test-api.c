@@ -63,6 +63,53 @@ static void test_routes(void)
 	ok(r && !r->public, "metrics needs the token");
 }
 
+/* What cJSON prints for an output frame: the hand-written frames must be the same bytes. */
+static char *cjson_frame(bool is_stderr, const char *text, size_t len, uint64_t ts)
+{
+	_cleanup_json_ cJSON *o = cJSON_CreateObject();
+	_cleanup_free_ char *clean = json_utf8_sanitize(text, len);
+	_cleanup_cjson_str_ char *s = NULL;
+	char *out = NULL;
+
+	if (!o || !clean || !cJSON_AddStringToObject(o, "type", is_stderr ? "stderr" : "stdout") ||
+	    !cJSON_AddStringToObject(o, "text", clean) || !cJSON_AddNumberToObject(o, "timestamp", (double)ts))
+		return NULL;
+	s = cJSON_PrintUnformatted(o);
+	if (!s || asprintf(&out, "%s\n\n", s) < 0)
+		return NULL;
+	return out;
+}
+
+static void test_frames_as_cjson(void)
+{
+	char all[256];
+	const struct {
+		const char *s;
+		size_t len;
+	} cases[] = {
+		{ "", 0 }, { "plain", 5 }, { "q\"b\\s/", 6 }, { "\b\f\n\r\t\x01\x1f\x7f", 8 },
+		{ "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 15 }, { "bad \xff\xc3 \xed\xa0\x80 \xc0\xaf", 13 },
+		{ "nul\0in", 7 }, { all, sizeof(all) },
+	};
+	bool same = true;
+
+	for (size_t i = 0; i < sizeof(all); i++)
+		all[i] = (char)i;
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
+		for (int e = 0; e < 2; e++) {
+			_cleanup_(api_frames_done) struct api_frames f = {};
+			_cleanup_free_ char *want = cjson_frame(e, cases[i].s, cases[i].len, 1796618626407ull);
+
+			if (api_frame_output(&f, e, cases[i].s, cases[i].len, 1796618626407ull) < 0 || !want ||
+			    f.len != strlen(want) || memcmp(f.buf, want, f.len) != 0) {
+				printf("# case %zu (%s): got '%.*s', want '%s'", i, e ? "stderr" : "stdout", (int)f.len,
+				     f.buf ? f.buf : "", want ? want : "(null)");
+				same = false;
+			}
+		}
+	ok(same, "output frames are the bytes cJSON prints, for every byte value, bad UTF-8 and NUL");
+}
+
 static void test_frames(void)
 {
 	_cleanup_(api_frames_done) struct api_frames f = {};
@@ -224,6 +271,7 @@ int main(void)
 {
 	test_routes();
 	test_frames();
+	test_frames_as_cjson();
 	test_lines();
 	test_config();
 	test_misc();
