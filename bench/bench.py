@@ -160,8 +160,8 @@ def main():
     ap.add_argument("--reps", type=int, help="repetitions (default 3, quick 2)")
     ap.add_argument("--workloads", help="comma-separated subset of workloads")
     ap.add_argument("--impls", help="comma-separated subset of plain,ovl,fo-default,fo-fast,draftfs; "
-                    "the variants draftfs-devfuse (uring=off), draftfs-nosync (fsync=0) and draftfs-normal "
-                    "(ring_sched=normal) only when named")
+                    "the variants draftfs-devfuse (uring=off), draftfs-nosync (fsync=0), draftfs-normal "
+                    "(ring_sched=normal) and draftfs-ptupper (passthrough=upper) only when named")
     ap.add_argument("--build-dir", default=os.environ.get("DRAFTBOX_BUILD_DIR") or os.path.join(REPO, "build"),
                     help="where fs/draftfs and launcher/draftbox-run are (a default, non-ASan build)")
     ap.add_argument("--base-build-dir", metavar="DIR",

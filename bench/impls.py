@@ -11,6 +11,7 @@ Variants of draftfs, only when named in --impls (A/B runs):
 draftfs-devfuse  uring=off: requests over /dev/fuse, not the io_uring queues
 draftfs-nosync   fsync=0: copy-ups not synced (as fuse-overlayfs's fast options)
 draftfs-normal   ring_sched=normal: the io_uring threads never SCHED_IDLE (fs/ring-sched.c)
+draftfs-ptupper  passthrough=upper: lower files read through the daemon (docs/fs.md, Passthrough)
 draftfs-base     the draftfs of --base-build-dir (another build: an A/B of a change)
 
 FUSE daemons run in the foreground as our children, so their pid (for CPU
@@ -23,7 +24,8 @@ import subprocess
 import time
 
 FO_FAST_OPTS = "threaded=1,noacl,static_nlink,fsync=0"
-DRAFTFS_VARIANTS = {"draftfs-devfuse": "uring=off", "draftfs-nosync": "fsync=0", "draftfs-normal": "ring_sched=normal"}
+DRAFTFS_VARIANTS = {"draftfs-devfuse": "uring=off", "draftfs-nosync": "fsync=0",
+                    "draftfs-normal": "ring_sched=normal", "draftfs-ptupper": "passthrough=upper"}
 
 
 def mounted(path):

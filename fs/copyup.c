@@ -220,11 +220,11 @@ static int copy_xattrs(int src, int dst, bool dst_real)
 	return 0;
 }
 
-static int set_times_at(int dir, const char *name, const struct stat *st)
+static int set_times_at(int dir, const char *name, const struct stat *st, int flags)
 {
 	struct timespec ts[2] = { st->st_atim, st->st_mtim };
 
-	return utimensat(dir, name, ts, AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+	return utimensat(dir, name, ts, AT_SYMLINK_NOFOLLOW | flags) < 0 ? -errno : 0;
 }
 
 /* What create_copy() makes. */
@@ -352,7 +352,7 @@ static int create_copy(int dir, const char *name, const struct copy_spec *c)
 		if (futimens(fd, ts) < 0)
 			return -errno;
 	} else if (type != S_IFDIR) {
-		r = set_times_at(dir, name, st);
+		r = set_times_at(dir, name, st, 0);
 		if (r < 0)
 			return r;
 	}
@@ -439,7 +439,7 @@ static int copy_up_orphan(struct ovl_node *n)
 	ovl_tmp_name(tmp);
 	r = create_copy(fs->workwork_fd, tmp, &(struct copy_spec){ .src = lfd, .data = -1, .st = &st, .size = -1 });
 	if (r >= 0 && S_ISDIR(st.st_mode))
-		r = set_times_at(fs->workwork_fd, tmp, &st);
+		r = set_times_at(fs->workwork_fd, tmp, &st, 0);
 	if (r >= 0) {
 		ufd = openat(fs->workwork_fd, tmp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 		r = ufd < 0 ? -errno : 0;
@@ -474,7 +474,7 @@ static int copy_up_locked(struct ovl_node *n, off_t size, bool meta, struct ovl_
 	struct ovl_node *parent;
 	struct copy_spec spec;
 	char tmp[64], origin[256];
-	struct stat st;
+	struct stat st, pst;
 	unsigned layer;
 	bool split_link, fill = false, mc = false;
 	int r;
@@ -535,13 +535,21 @@ static int copy_up_locked(struct ovl_node *n, off_t size, bool meta, struct ovl_
 	spec = (struct copy_spec){ .src = lfd, .data = -1, .st = &st, .size = size, .origin = origin, .redirect = redirect };
 	r = create_copy(fs->workwork_fd, tmp, &spec);
 	if (r >= 0 && S_ISDIR(st.st_mode))
-		r = set_times_at(fs->workwork_fd, tmp, &st);
+		r = set_times_at(fs->workwork_fd, tmp, &st, 0);
+	if (r >= 0 && fstatat(pfd, "", &pst, AT_EMPTY_PATH) < 0)
+		r = -errno;
 	if (r >= 0 && renameat2(fs->workwork_fd, tmp, pfd, name, RENAME_NOREPLACE) < 0)
 		r = -errno;
 	if (r < 0) {
 		(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp);
 		return r;
 	}
+	/*
+	 * A copy-up changes nothing in the directory as the view shows it: its
+	 * times stay what they were, as the kernel keeps them (the parent's
+	 * ovl_set_timestamps() after a copy-up). Best effort: the copy is in.
+	 */
+	(void)set_times_at(pfd, "", &pst, AT_EMPTY_PATH);
 	ufd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (ufd < 0)
 		return -errno;
@@ -1052,7 +1060,7 @@ static int copy_children(const struct ovl_stack *s, int dst, char *path, ssize_t
 				ovl_res_stack(&res, &cs);
 				r = copy_children(&cs, cfd, path, clen);
 				if (r >= 0)
-					r = set_times_at(dst, name, &res.st);
+					r = set_times_at(dst, name, &res.st, 0);
 			}
 		}
 		ovl_res_done(&res);
@@ -1107,7 +1115,7 @@ int ovl_copy_tree_tmp(struct ovl_node *dir, char tmp[static 64])
 	if (r >= 0)
 		ovl_mark_impure(cfd);
 	if (r >= 0)
-		r = set_times_at(fs->workwork_fd, tmp, &self.st);
+		r = set_times_at(fs->workwork_fd, tmp, &self.st, 0);
 	if (r < 0)
 		(void)ovl_core_rm_rf_at(fs->workwork_fd, tmp);
 	return r;

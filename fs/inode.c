@@ -622,6 +622,17 @@ void ovl_node_unpin(struct ovl_node *n)
 	pthread_mutex_unlock(&ovl_fs->table_lock);
 }
 
+fuse_ino_t ovl_node_parent_ino(struct ovl_node *n)
+{
+	fuse_ino_t id = 0;
+
+	pthread_mutex_lock(&ovl_fs->table_lock);
+	if (n != &ovl_fs->root && n->parent)
+		id = ovl_node_ino(n->parent);
+	pthread_mutex_unlock(&ovl_fs->table_lock);
+	return id;
+}
+
 struct ovl_node *ovl_node_find_child(struct ovl_node *parent, const char *name)
 {
 	struct ovl_node *n;

@@ -201,8 +201,14 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	set_fi_flags(fi);
 	/* Attributes only: takes no lock the open holds, so it is done when open(2) returns. */
-	if (lower_hardlink && ovl_fs->se)
+	if (lower_hardlink && ovl_fs->se) {
+		fuse_ino_t parent = ovl_node_parent_ino(n);
+
 		(void)fuse_lowlevel_notify_inval_inode(ovl_fs->se, ino, -1, 0);
+		/* and the parent's cached listing, whose d_ino for the name was the lower one (the kernel's, too) */
+		if (parent)
+			(void)fuse_lowlevel_notify_inval_inode(ovl_fs->se, parent, 0, 0);
+	}
 	if (ovl_pt_reply_open(req, fi, (struct ovl_fh *)(uintptr_t)fi->fh) != 0)
 		release_fh(n, fi);
 }

@@ -319,6 +319,9 @@ struct ovl_node *ovl_node_find_child_pinned(struct ovl_node *parent, const char 
 /* Drops a pin taken by ovl_node_find_child_pinned(); accepts NULL and the root. */
 void ovl_node_unpin(struct ovl_node *n);
 
+/* The FUSE inode number of @n's parent, 0 when it has none (the root, a removed node). Caller holds nothing. */
+fuse_ino_t ovl_node_parent_ino(struct ovl_node *n);
+
 /* Looks up a child node by name in the name index; no reference taken. Caller holds nothing. */
 struct ovl_node *ovl_node_find_child(struct ovl_node *parent, const char *name);
 

@@ -217,6 +217,56 @@ def test_mount_basic_and_kernel_agrees(env):
     assert tree(m) == view
 
 
+def test_copy_up_keeps_directory_times(env):
+    # a copy-up adds nothing to a directory as the view shows it: like the
+    # kernel, it keeps the times of every directory it copies into
+    os.makedirs(env.p("l1", "deep", "a"))
+    write(env.p("l1", "deep", "a", "f"), b"f\n")
+    write(env.p("l1", "top"), b"t\n")
+    old = 978307200 * 10**9  # 2001-01-01
+    for d in ("deep/a", "deep"):
+        os.utime(env.p("l1", d), ns=(old, old))
+    m = env.mount()
+    root_before = os.stat(env.p("u")).st_mtime_ns
+    time.sleep(0.05)
+    os.chmod(os.path.join(m, "deep", "a", "f"), 0o600)  # copies up deep, deep/a, then f
+    os.chmod(os.path.join(m, "top"), 0o600)
+    with open(os.path.join(m, "deep", "a", "f"), "ab") as f:  # and the data, into a copied dir
+        f.write(b"more\n")
+    os.listdir(m)
+    os.listdir(os.path.join(m, "deep"))
+    for d in ("deep/a", "deep"):
+        assert os.stat(os.path.join(m, d)).st_mtime_ns == old, d
+        assert os.stat(env.p("u", d)).st_mtime_ns == old, d
+    assert os.stat(env.p("u")).st_mtime_ns == root_before, "the upper root's time changed"
+    # a real change to the directory still moves its time
+    write(os.path.join(m, "deep", "new"), b"n\n")
+    assert os.stat(os.path.join(m, "deep")).st_mtime_ns > old
+    env.unmount_all()
+    m = env.mount()
+    assert os.stat(os.path.join(m, "deep", "a")).st_mtime_ns == old
+
+
+def test_readdir_ino_follows_a_split_hard_link(env):
+    # the copy-up of a lower hard link gives it its own st_ino: a listing
+    # the kernel cached before must not keep handing out the old d_ino
+    os.makedirs(env.p("l1", "d"))
+    write(env.p("l1", "d", "hl1"), b"x\n")
+    os.link(env.p("l1", "d", "hl1"), env.p("l1", "d", "hl2"))
+    m = env.mount()
+    d = os.path.join(m, "d")
+    for _ in range(2):
+        inos = {e.name: e.inode() for e in os.scandir(d)}
+    assert inos["hl1"] == inos["hl2"] == os.lstat(os.path.join(d, "hl1")).st_ino
+    with open(os.path.join(d, "hl1"), "ab") as f:
+        f.write(b"y\n")
+    st = os.lstat(os.path.join(d, "hl1"))
+    assert st.st_ino != inos["hl1"] and st.st_nlink == 1
+    inos = {e.name: e.inode() for e in os.scandir(d)}
+    assert inos["hl1"] == st.st_ino, "readdir's d_ino is the old one"
+    assert inos["hl2"] == os.lstat(os.path.join(d, "hl2")).st_ino
+
+
 def test_ownership_and_idmap(env):
     make_lowers(env)
     os.chmod(env.p("l1", "d"), 0o777)
