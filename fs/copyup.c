@@ -461,6 +461,8 @@ static int copy_up_orphan(struct ovl_node *n)
 	return 0;
 }
 
+static atomic_int restore_delay = -1; /* DRAFTFS_TEST_COPYUP_DELAY_MS: before a copy-up sets its parent's times back (tests) */
+
 /*
  * @meta: a regular file may become a metacopy (its data stays below); else
  * its data is copied, up to @size: then 1 is returned with the fill claimed
@@ -475,6 +477,7 @@ static int copy_up_locked(struct ovl_node *n, off_t size, bool meta, struct ovl_
 	struct copy_spec spec;
 	char tmp[64], origin[256];
 	struct stat st, pst;
+	uint64_t entry_gen;
 	unsigned layer;
 	bool split_link, fill = false, mc = false;
 	int r;
@@ -536,6 +539,7 @@ static int copy_up_locked(struct ovl_node *n, off_t size, bool meta, struct ovl_
 	r = create_copy(fs->workwork_fd, tmp, &spec);
 	if (r >= 0 && S_ISDIR(st.st_mode))
 		r = set_times_at(fs->workwork_fd, tmp, &st, 0);
+	entry_gen = ovl_entry_gen(); /* before the parent's times are read */
 	if (r >= 0 && fstatat(pfd, "", &pst, AT_EMPTY_PATH) < 0)
 		r = -errno;
 	if (r >= 0 && renameat2(fs->workwork_fd, tmp, pfd, name, RENAME_NOREPLACE) < 0)
@@ -548,8 +552,19 @@ static int copy_up_locked(struct ovl_node *n, off_t size, bool meta, struct ovl_
 	 * A copy-up changes nothing in the directory as the view shows it: its
 	 * times stay what they were, as the kernel keeps them (the parent's
 	 * ovl_set_timestamps() after a copy-up). Best effort: the copy is in.
+	 * The kernel holds the parent's lock for that; here a create, unlink
+	 * or utimens in it may have run meanwhile, and setting the times back
+	 * would hide it (git's untracked cache trusts a directory's mtime): if
+	 * any such request ran or runs, the mtime is made now instead, as late
+	 * as any change it could have hidden.
 	 */
+	ovl_test_delay(&restore_delay, "DRAFTFS_TEST_COPYUP_DELAY_MS");
 	(void)set_times_at(pfd, "", &pst, AT_EMPTY_PATH);
+	if (!ovl_entry_ops_quiet(entry_gen)) {
+		struct timespec now[2] = { { .tv_nsec = UTIME_OMIT }, { .tv_nsec = UTIME_NOW } };
+
+		(void)utimensat(pfd, "", now, AT_EMPTY_PATH);
+	}
 	ufd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (ufd < 0)
 		return -errno;

@@ -38,6 +38,49 @@ void ovl_mutate_end(void)
 	pthread_rwlock_unlock(&ovl_fs->quiesce);
 }
 
+static _Thread_local bool in_entry_op;
+
+void ovl_mutate_entry_begin(void)
+{
+	atomic_fetch_add(&ovl_fs->entry_ops, 1);
+	in_entry_op = true;
+	ovl_mutate_begin();
+}
+
+void ovl_mutate_entry_end(void)
+{
+	ovl_mutate_end();
+	in_entry_op = false;
+	/* ended before it leaves: who sees it gone sees the generation moved */
+	atomic_fetch_add(&ovl_fs->entry_gen, 1);
+	atomic_fetch_sub(&ovl_fs->entry_ops, 1);
+}
+
+void ovl_test_delay(atomic_int *cache, const char *var)
+{
+	int ms = atomic_load(cache);
+
+	if (ms < 0) {
+		const char *v = getenv(var);
+
+		ms = v ? atoi(v) : 0;
+		ms = ms > 0 && ms < 60000 ? ms : 0;
+		atomic_store(cache, ms);
+	}
+	if (ms)
+		usleep((useconds_t)ms * 1000);
+}
+
+uint64_t ovl_entry_gen(void)
+{
+	return atomic_load(&ovl_fs->entry_gen);
+}
+
+bool ovl_entry_ops_quiet(uint64_t gen)
+{
+	return atomic_load(&ovl_fs->entry_ops) <= (in_entry_op ? 1u : 0u) && atomic_load(&ovl_fs->entry_gen) == gen;
+}
+
 int ovl_quota_check(off_t add_bytes, int add_inodes)
 {
 	const struct ovl_options *o = ovl_fs->opt;
@@ -315,9 +358,9 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	struct stat st;
 	int r;
 
-	ovl_mutate_begin();
+	ovl_mutate_entry_begin(); /* a utimensat of a directory counts: a copy-up must not undo it */
 	r = do_setattr(n, attr, to_set, fi);
-	ovl_mutate_end();
+	ovl_mutate_entry_end();
 	if (r >= 0) {
 		ovl_node_split_changed(n);
 		r = ovl_node_getattr(n, &st);
@@ -608,7 +651,7 @@ static void do_create_object(fuse_req_t req, fuse_ino_t parent, const char *name
 	struct stat st;
 	int r;
 
-	ovl_mutate_begin();
+	ovl_mutate_entry_begin();
 	r = ovl_prepare_create(req, p, name, &c);
 	if (r >= 0)
 		r = create_object(&c, name, mode, rdev, link);
@@ -618,7 +661,7 @@ static void do_create_object(fuse_req_t req, fuse_ino_t parent, const char *name
 	if (r >= 0)
 		r = ovl_new_node(p, name, c.pfd, c.over_whiteout, &n, &st, NULL);
 	ovl_create_done(&c);
-	ovl_mutate_end();
+	ovl_mutate_entry_end();
 	if (r < 0)
 		fuse_reply_err(req, -r);
 	else
@@ -883,9 +926,9 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct identity kept = { 0 };
 	int r;
 
-	ovl_mutate_begin();
+	ovl_mutate_entry_begin();
 	r = do_remove(ovl_node_from_ino(parent), name, false, &kept);
-	ovl_mutate_end();
+	ovl_mutate_entry_end();
 	/*
 	 * The kernel drops st_nlink of the inode this name led it to; the
 	 * file's other names may lead to another one (a node split by
@@ -900,9 +943,9 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	int r;
 
-	ovl_mutate_begin();
+	ovl_mutate_entry_begin();
 	r = do_remove(ovl_node_from_ino(parent), name, true, NULL);
-	ovl_mutate_end();
+	ovl_mutate_entry_end();
 	fuse_reply_err(req, -r);
 }
 
@@ -957,9 +1000,9 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 		fuse_reply_err(req, ESTALE);
 		return;
 	}
-	ovl_mutate_begin();
+	ovl_mutate_entry_begin();
 	r = do_link(n, ovl_node_from_ino(newparent), newname);
-	ovl_mutate_end();
+	ovl_mutate_entry_end();
 	if (r >= 0)
 		r = ovl_node_getattr(n, &st);
 	if (r < 0) {

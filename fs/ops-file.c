@@ -213,6 +213,8 @@ void ovl_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		release_fh(n, fi);
 }
 
+static atomic_int create_delay = -1; /* DRAFTFS_TEST_CREATE_DELAY_MS: after the create's checks, before the create (tests) */
+
 void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi)
 {
 	struct ovl_node *p = ovl_node_from_ino(parent);
@@ -226,8 +228,10 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 	unsigned gen = 0;
 	bool um;
 
-	ovl_mutate_begin();
+	ovl_mutate_entry_begin();
 	r = ovl_prepare_create(req, p, name, &c);
+	if (r >= 0)
+		ovl_test_delay(&create_delay, "DRAFTFS_TEST_CREATE_DELAY_MS");
 	if (r >= 0)
 		do {
 			dir = ovl_create_target(&c, name, tmp, &at);
@@ -258,7 +262,7 @@ void ovl_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 		}
 	}
 	ovl_create_done(&c);
-	ovl_mutate_end();
+	ovl_mutate_entry_end();
 	if (r >= 0) {
 		r = new_fh(fd, false, gen, fi);
 		/* A new node has no open files: never -ESTALE here, and a writable open is always cached. */

@@ -230,6 +230,9 @@ struct ovl_fs {
 	atomic_uint_fast64_t tmp_seq;
 
 	atomic_int_fast64_t used_bytes, used_inodes; /* quota accounting */
+	/* Requests that may change a directory, in flight and ended (ovl_mutate_entry_begin(); copy-up reads them). */
+	atomic_uint entry_ops;
+	atomic_uint_fast64_t entry_gen;
 
 	/* Pre-made whiteouts in the work dir (creating one costs a slow mknod). */
 	pthread_mutex_t wh_lock;
@@ -682,6 +685,25 @@ extern const struct fuse_lowlevel_ops ovl_ops;
 /* Mutating requests hold this for their duration (see struct ovl_live.quiesce). */
 void ovl_mutate_begin(void);
 void ovl_mutate_end(void);
+/*
+ * The same, for requests that may change a directory's entries or times
+ * outside copyup_lock (create, mknod, mkdir, symlink, link, unlink, rmdir,
+ * setattr): a copy-up that sets its parent's times back tells from these
+ * counters whether one of them may have changed the parent meanwhile
+ * (ovl_entry_ops_quiet()).
+ */
+void ovl_mutate_entry_begin(void);
+void ovl_mutate_entry_end(void);
+/*
+ * A test hook: sleeps for the milliseconds that the environment variable
+ * @var names (read once, into @cache, which starts at -1), to widen a
+ * window a test must hit. Unset, it costs a load.
+ */
+void ovl_test_delay(atomic_int *cache, const char *var);
+
+/* Whether no other name-changing request was in flight or ended since @gen was read (ovl_entry_gen()). */
+uint64_t ovl_entry_gen(void);
+bool ovl_entry_ops_quiet(uint64_t gen);
 
 /* Quota accounting: ovl_quota_check() reserves (or fails with -ENOSPC over the limit), ovl_quota_add() just counts (frees with negative values). */
 int ovl_quota_check(off_t add_bytes, int add_inodes);

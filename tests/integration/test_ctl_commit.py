@@ -338,7 +338,8 @@ def test_symlink_swap_race(session):
                 os.replace(os.path.join(sub, name), os.path.join(aside, name))
             os.rmdir(sub)
         os.rename(aside, sub)
-    assert os.path.isdir(sub) and not os.path.islink(sub)
+    assert os.path.isdir(sub) and not os.path.islink(sub), \
+        f"the race left: {sorted(os.listdir(session.lower))}, sub is a link: {os.path.islink(sub)}"
     # a commit that lost a race failed cleanly (no journal left); once the
     # swapping stops the commit goes through, into the real directory
     session.run("commit")

@@ -11,7 +11,9 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 
 import pytest
@@ -77,9 +79,10 @@ class Env:
         o = f"lowerdir={self.p('l1')}:{self.p('l2')},upperdir={self.p('u')},workdir={self.p('w')}"
         return o + ("," + extra if extra else "")
 
-    def mount(self, extra="", mnt=None):
+    def mount(self, extra="", mnt=None, env_extra=None):
         mnt = mnt or self.p("m")
-        r = subprocess.run([DRAFTFS, "-o", self.opts(extra), mnt], capture_output=True, text=True, timeout=60)
+        r = subprocess.run([DRAFTFS, "-o", self.opts(extra), mnt], capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, **(env_extra or {})))
         assert r.returncode == 0, f"draftfs failed: {r.stderr}"
         assert is_mounted(mnt), "parent exited 0 before the mount was live"
         self.mounts.append(mnt)
@@ -245,6 +248,35 @@ def test_copy_up_keeps_directory_times(env):
     env.unmount_all()
     m = env.mount()
     assert os.stat(os.path.join(m, "deep", "a")).st_mtime_ns == old
+
+
+def test_copy_up_never_hides_a_concurrent_change_of_its_directory(env):
+    # a copy-up sets its directory's times back; a create that lands in the
+    # directory meanwhile must not be hidden by that (git's untracked cache
+    # trusts a directory's mtime). The daemon's test hooks make the create
+    # land between the copy-up's rename and its setting the times back.
+    os.makedirs(env.p("l1", "d"))
+    write(env.p("l1", "d", "f1"), b"x")
+    write(env.p("l1", "d", "f2"), b"x")
+    old = 978307200 * 10**9
+    os.utime(env.p("l1", "d"), ns=(old, old))
+    m = env.mount(env_extra={"DRAFTFS_TEST_CREATE_DELAY_MS": "300", "DRAFTFS_TEST_COPYUP_DELAY_MS": "600"})
+    d = os.path.join(m, "d")
+    os.chmod(os.path.join(d, "f1"), 0o600)  # d is in upper now, with its lower times
+    assert os.stat(env.p("u", "d")).st_mtime_ns == old
+    os.stat(os.path.join(d, "f2"))  # cached: the chmod's walk needs no lock of d, which the create holds
+    # t=0: the create passes its checks, then waits 300 ms; t=100 ms: the
+    # copy-up of f2 renames into d, then waits 600 ms; t=300 ms: the create
+    # lands; t=700 ms: the copy-up sets d's times back
+    t = threading.Thread(target=lambda: os.close(os.open(os.path.join(d, "new"), os.O_CREAT | os.O_WRONLY, 0o644)))
+    t.start()
+    time.sleep(0.1)
+    os.chmod(os.path.join(d, "f2"), 0o600)
+    t.join()
+    assert os.path.exists(env.p("u", "d", "new"))
+    made = os.stat(env.p("u", "d", "new")).st_mtime_ns
+    assert os.stat(env.p("u", "d")).st_mtime_ns >= made, "the copy-up set d's time back over the create"
+    assert os.stat(d).st_mtime_ns >= made
 
 
 def test_readdir_ino_follows_a_split_hard_link(env):
