@@ -48,7 +48,9 @@ static enum MHD_Result reply_errno(struct api_request *req, int r, const char *w
 
 	if (r == -ESRCH)
 		return api_reply_error(req, 404, API_E_SESSION_NOT_FOUND, "session not found");
-	return api_reply_error(req, status, code, "%s '%.300s': %s", what, path ? path : "", strerror(r < 0 ? -r : r));
+	/* ENODEV is what api_files_open_read() says of a FIFO, socket or device */
+	return api_reply_error(req, status, code, "%s '%.300s': %s", what, path ? path : "",
+			       r == -ENODEV ? "not a regular file" : strerror(r < 0 ? -r : r));
 }
 
 /* Like reply_errno for a move: either side may be the bad one (a missing src, a dest below a symlink). */
@@ -224,9 +226,6 @@ enum MHD_Result api_handle_files_download(struct api_request *req)
 	r = api_files_open_read(&root, paths[0], &fd, &size);
 	if (r < 0) {
 		files_done(s);
-		if (r == -ENODEV)
-			return api_reply_error(req, 400, API_E_INVALID_FILE, "cannot download '%.300s': not a regular file",
-					       paths[0]);
 		return reply_errno(req, r, "cannot download", paths[0]);
 	}
 	/* the op is held until the response is freed (download_free); the early answers below let it go */

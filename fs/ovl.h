@@ -694,16 +694,16 @@ void ovl_mutate_end(void);
  */
 void ovl_mutate_entry_begin(void);
 void ovl_mutate_entry_end(void);
+/* Whether no other such request was in flight or ended since @gen was read (ovl_entry_gen()). */
+uint64_t ovl_entry_gen(void);
+bool ovl_entry_ops_quiet(uint64_t gen);
+
 /*
  * A test hook: sleeps for the milliseconds that the environment variable
  * @var names (read once, into @cache, which starts at -1), to widen a
  * window a test must hit. Unset, it costs a load.
  */
 void ovl_test_delay(atomic_int *cache, const char *var);
-
-/* Whether no other name-changing request was in flight or ended since @gen was read (ovl_entry_gen()). */
-uint64_t ovl_entry_gen(void);
-bool ovl_entry_ops_quiet(uint64_t gen);
 
 /* Quota accounting: ovl_quota_check() reserves (or fails with -ENOSPC over the limit), ovl_quota_add() just counts (frees with negative values). */
 int ovl_quota_check(off_t add_bytes, int add_inodes);

@@ -89,11 +89,10 @@ static pthread_cond_t pt_released;     /* broadcast when a node's last passthrou
 static bool pt_wanted;                 /* asked for in INIT */
 static atomic_bool pt_on;              /* the kernel accepted it (cleared on the first refusal) */
 static int pt_dev_fd = -1;
-static unsigned pt_release_delay_ms;   /* DRAFTFS_PT_RELEASE_DELAY_MS: a RELEASE that arrives late (tests) */
+static atomic_int pt_release_delay = -1; /* DRAFTFS_PT_RELEASE_DELAY_MS: a RELEASE that arrives late (tests) */
 
 int ovl_pt_setup(struct ovl_fs *fs)
 {
-	const char *delay = getenv("DRAFTFS_PT_RELEASE_DELAY_MS");
 	pthread_condattr_t a;
 	int r;
 
@@ -107,7 +106,6 @@ int ovl_pt_setup(struct ovl_fs *fs)
 	pthread_condattr_destroy(&a);
 	if (r < 0)
 		return r;
-	pt_release_delay_ms = delay ? (unsigned)strtoul(delay, NULL, 10) : 0;
 	pt_dev_fd = fuse_session_fd(fs->se);
 	pt_wanted = fs->opt->passthrough != OVL_PT_OFF && !fs->opt->writeback;
 	return 0;
@@ -318,8 +316,8 @@ void ovl_pt_release(struct ovl_node *n, const struct ovl_fh *fh)
 {
 	if (!fh->counted)
 		return; /* opened while passthrough was off: no state was made */
-	if (pt_release_delay_ms && fh->mode != OVL_IO_CACHED)
-		usleep(pt_release_delay_ms * 1000);
+	if (fh->mode != OVL_IO_CACHED)
+		ovl_test_delay(&pt_release_delay, "DRAFTFS_PT_RELEASE_DELAY_MS");
 	pthread_mutex_lock(&pt_lock);
 	put_open(n, fh->mode);
 	pthread_mutex_unlock(&pt_lock);

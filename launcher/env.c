@@ -55,11 +55,8 @@ static bool match_any(const char *name, const char *const *globs)
 static bool has_url_password(const char *value)
 {
 	for (const char *p = strstr(value, "://"); p; p = strstr(p + 3, "://")) {
-		const char *auth = p + 3, *end = auth + strcspn(auth, "/?#"), *at = NULL;
+		const char *auth = p + 3, *at = memrchr(auth, '@', strcspn(auth, "/?#"));
 
-		for (const char *q = auth; q < end; q++)
-			if (*q == '@')
-				at = q;
 		if (at && memchr(auth, ':', (size_t)(at - auth)))
 			return true;
 	}
