@@ -103,20 +103,57 @@ struct commit {
 	cJSON *committed;
 	cJSON *refused;   /* xattr refusals found while staging */
 	cJSON *materialized; /* unselected metacopies given their own data */
-	char **created;   /* target dirs created while staging, for a rollback */
+	struct created_dir *created; /* target dirs created while staging, for a rollback */
 	size_t n_created;
 };
 
-static void created_add(struct commit *cm, const char *path)
-{
-	char **v = realloc(cm->created, (cm->n_created + 1) * sizeof(char *));
+/*
+ * A directory the commit made in the target, and which one it is: a rollback
+ * removes the directory at @path only while it is still this one, not one
+ * that the workspace's owner moved or made there meanwhile.
+ */
+struct created_dir {
+	char *path;
+	dev_t dev;
+	ino_t ino;
+};
 
+/* Remembers @path, made by the commit and open as @fd, for a rollback. Best effort. */
+static void created_add(struct commit *cm, const char *path, int fd)
+{
+	struct created_dir *v;
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return;
+	v = realloc(cm->created, (cm->n_created + 1) * sizeof(*v));
 	if (!v)
 		return;
 	cm->created = v;
-	v[cm->n_created] = strdup(path);
-	if (v[cm->n_created])
+	v[cm->n_created] = (struct created_dir){ .path = strdup(path), .dev = st.st_dev, .ino = st.st_ino };
+	if (v[cm->n_created].path)
 		cm->n_created++;
+}
+
+/*
+ * Rolls back the creation of @d: removes it if it is still the empty
+ * directory the commit made. Between the check and the rmdir a rename can
+ * still swap another empty directory in (no call removes a directory by
+ * fd); the window is two calls, where it was the whole staging.
+ */
+static void created_undo(struct commit *cm, const struct created_dir *d)
+{
+	_cleanup_close_ int pfd = -1, fd = -1;
+	const char *name;
+	struct stat st;
+
+	pfd = openat_beneath_parent(cm->target_fd, d->path, &name);
+	if (pfd < 0)
+		return;
+	fd = openat(pfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0 || st.st_dev != d->dev || st.st_ino != d->ino)
+		return;
+	(void)unlinkat(pfd, name, AT_REMOVEDIR);
 }
 
 static int commit_error_paths(cJSON **ret_error, int r, const char *code, cJSON *details, const char *what)
@@ -513,13 +550,15 @@ static int target_dir(struct commit *cm, const char *dir_in, bool create)
 			else if (ovl_lower_lookup_path(cm->env->layers, sofar, &st, &layer, NULL) > 0 &&
 			         S_ISDIR(st.st_mode))
 				m = (struct ovl_meta){ .mode = st.st_mode, .uid = st.st_uid, .gid = st.st_gid };
-			if (mkdirat(cur, p, 0700) == 0)
-				created_add(cm, sofar);
-			else if (errno != EEXIST)
+			bool made = mkdirat(cur, p, 0700) == 0;
+
+			if (!made && errno != EEXIST)
 				return -errno;
 			fd = openat(cur, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			if (fd < 0)
 				return errno == ELOOP ? -ENOTDIR : -errno;
+			if (made)
+				created_add(cm, sofar, fd);
 			owner_for(cm, NULL, &m, &uid, &gid);
 			if (fchown(fd, uid, gid) < 0 || fchmod(fd, m.mode & 07777) < 0) {
 				int r = -errno;
@@ -733,6 +772,7 @@ static int stage_entry(struct commit *cm, const struct ovl_change *e)
 		_cleanup_close_ int fd = -1;
 
 		const char *at = name;
+		bool made = false;
 
 		tmp_name(tmp, e->path);
 		if (has_existing && !S_ISDIR(existing.st_mode)) {
@@ -758,10 +798,7 @@ static int stage_entry(struct commit *cm, const struct ovl_change *e)
 				if (renameat(dfd, tmp, dfd, name) < 0)
 					return -errno;
 			} else if (mkdirat(dfd, name, 0700) == 0) {
-				_cleanup_free_ char *full = ovl_path_join(dir, name);
-
-				if (full)
-					created_add(cm, full);
+				made = true;
 			} else if (errno != EEXIST) {
 				return -errno;
 			}
@@ -776,6 +813,12 @@ static int stage_entry(struct commit *cm, const struct ovl_change *e)
 		fd = openat(dfd, at, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0)
 			return errno == ELOOP ? -ENOTDIR : -errno;
+		if (made) {
+			_cleanup_free_ char *full = ovl_path_join(dir, name);
+
+			if (full)
+				created_add(cm, full, fd);
+		}
 		r = dir_set_meta(cm, e, upfd, uname, fd, uid, gid);
 		if (r < 0)
 			return r;
@@ -1302,14 +1345,8 @@ fail_staging:
 		}
 		/* directories created for the staged entries, deepest first */
 		cache_drop(cm);
-		for (size_t j = cm->n_created; j-- > 0;) {
-			_cleanup_close_ int pfd = -1;
-			const char *name;
-
-			pfd = openat_beneath_parent(cm->target_fd, cm->created[j], &name);
-			if (pfd >= 0)
-				(void)unlinkat(pfd, name, AT_REMOVEDIR);
-		}
+		for (size_t j = cm->n_created; j-- > 0;)
+			created_undo(cm, &cm->created[j]);
 		if (!recovering)
 			(void)ovl_journal_remove(l->state_fd);
 		if (cm->refused)
@@ -1439,7 +1476,7 @@ out:
 	ovl_changes_free(cm.all_changes);
 	cJSON_Delete(cm.refused);
 	for (size_t i = 0; i < cm.n_created; i++)
-		free(cm.created[i]);
+		free(cm.created[i].path);
 	free(cm.created);
 	free(cm.udir_path);
 	safe_close(cm.udir_fd);

@@ -440,6 +440,47 @@ def test_xattr_refusal_rolls_back_new_dirs(session):
     assert os.stat(os.path.join(session.lower, "existing")).st_mode & 0o777 == 0o700
 
 
+def test_rollback_leaves_a_dir_it_did_not_make(session):
+    """A commit that fails while staging removes the directories it made, but
+    only those: when the workspace's owner moved the new directory away and
+    made one of the same name meanwhile, that one stays (this was how a racing
+    rename lost a real directory in test_symlink_swap_race)."""
+    def ed(m):
+        os.makedirs(os.path.join(m, "nd"))
+        with open(os.path.join(m, "nd/f"), "w") as f:
+            f.write("x")
+        with open(os.path.join(m, "zz"), "w") as f:
+            f.write("z")
+        os.setxattr(os.path.join(m, "zz"), "security.evil", b"1")
+    session.change(ed)
+    upper_before = snapshot(session.upper)
+    p = session.run("commit", check=False, env={"DRAFTFS_FAULT": "count"})
+    assert p.returncode == 3, p.stderr
+    steps = [int(f[2]) for f in (line.split() for line in p.stderr.splitlines())
+             if len(f) > 3 and f[:2] == ["draftfs-fault:", "step"] and f[3] == "stage-dir"]
+    assert steps, "no 'stage-dir' fault point in a commit: " + p.stderr
+    assert os.listdir(session.lower) == [], "the probe's rollback left something"
+    env = dict(os.environ, DRAFTFS_FAULT="pause:%d:1500" % steps[0])
+    proc = subprocess.Popen([draftfs_bin(), "commit"] + session.args(), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    nd = os.path.join(session.lower, "nd")
+    deadline = time.time() + 10
+    while not os.path.isdir(nd):
+        assert time.time() < deadline and proc.poll() is None, "the commit never made nd/"
+        time.sleep(0.01)
+    time.sleep(0.2)  # inside the pause, right after nd/ was made
+    os.rename(nd, os.path.join(session.lower, "moved"))
+    os.mkdir(nd)
+    mine = os.stat(nd)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    st = os.stat(nd)
+    assert (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino), "the rollback removed a directory it never made"
+    assert sorted(os.listdir(session.lower)) == ["moved", "nd"]
+    assert os.listdir(nd) == [] and os.listdir(os.path.join(session.lower, "moved")) == []
+    assert snapshot(session.upper) == upper_before
+
+
 def _dir_over_file():
     """A session whose upper turns the workspace file 'sub' into a directory with two files."""
     s = Session()
