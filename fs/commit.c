@@ -778,12 +778,18 @@ static int stage_entry(struct commit *cm, const struct ovl_change *e)
 		if (has_existing && !S_ISDIR(existing.st_mode)) {
 			/* replaces a non-dir: staged under a temp name, swapped in by apply_entry() */
 			_cleanup_free_ char *to = NULL;
+			struct stat tst;
+			/* a staged recovery reuses the dir it finds: it may hold kept temps, the only copy of their data */
+			bool reuse = cm->keep_mc_temps && fstatat(dfd, tmp, &tst, AT_SYMLINK_NOFOLLOW) == 0 &&
+			             S_ISDIR(tst.st_mode);
 
-			r = ovl_rm_rf_at(dfd, tmp, 0);
-			if (r < 0)
-				return r;
-			if (mkdirat(dfd, tmp, 0700) < 0)
-				return -errno;
+			if (!reuse) {
+				r = ovl_rm_rf_at(dfd, tmp, 0);
+				if (r < 0)
+					return r;
+				if (mkdirat(dfd, tmp, 0700) < 0)
+					return -errno;
+			}
 			if (asprintf(&to, "%s%s%s", dir, *dir ? "/" : "", tmp) < 0)
 				return -ENOMEM;
 			r = remap_add(cm, e->path, to);
@@ -1267,7 +1273,7 @@ static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 	if (r < 0)
 		goto fail_noentry;
 	ovl_fault_point("staged");
-	if (!recovering && cm->changes->metacopies > 0) {
+	if (!cm->keep_mc_temps && cm->changes->metacopies > 0) {
 		/*
 		 * From here on the temps of metacopies are their only sure copy
 		 * of the data, and the data of a metacopy that is no change may
@@ -1313,7 +1319,11 @@ static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 	return 0;
 
 fail_staging:
-	/* Nothing was renamed yet: drop the temps and the journal, the commit never happened. */
+	/*
+	 * Nothing was renamed by this run yet: drop the temps and the journal,
+	 * the commit never happened. A recovery keeps the journal (and, when
+	 * staged, the temps it kept): the interrupted commit may have applied.
+	 */
 	{
 		const char *at = cm->changes->v[i].path;
 
@@ -1325,6 +1335,9 @@ fail_staging:
 			int dfd;
 
 			if (e->new_type == OVL_FT_NONE)
+				continue;
+			/* a staged recovery keeps the temps of metacopies, and the staged dirs holding them */
+			if (cm->keep_mc_temps && (e->new_type == OVL_FT_DIR || (e->metacopy && e->new_type == OVL_FT_FILE)))
 				continue;
 			if (e->new_type == OVL_FT_DIR) {
 				bool staged = false;
@@ -1352,6 +1365,11 @@ fail_staging:
 		if (cm->refused)
 			return commit_error_paths(ret_error, -EPERM, "refused", TAKE_PTR(cm->refused),
 			                          "not committed without an explicit allow flag");
+		if (recovering)
+			return ovl_ctl_error(ret_error, r, "io", NULL,
+			                     "recovery failed while staging '%s'; the journal was kept, run 'draftfs recover' "
+			                     "once the cause is fixed",
+			                     at);
 		return ovl_ctl_error(ret_error, r, "io", NULL, "commit failed while staging '%s', nothing was changed",
 		                     at);
 	}

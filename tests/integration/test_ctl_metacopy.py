@@ -468,3 +468,124 @@ def test_base_layer_data_and_opaque_dir(session2):
     assert read(os.path.join(s.lower, "d/top.txt")) == b"top\n"
     assert not os.path.exists(os.path.join(s.lower, "top.txt"))
     assert s.view(metacopy=True) == want
+
+
+def _steps(p):
+    return [line.split()[3] for line in p.stderr.splitlines() if line.startswith("draftfs-fault: step")]
+
+
+def _dir_over_file_with_a_moved_file():
+    """x was a file and is a directory now, holding a (a metacopy: its data is the lower a)."""
+    s = Session()
+    write_files(s.lower, {"x": b"old x\n", "a": BIG}, 0o644)
+
+    def ed(m):
+        os.unlink(os.path.join(m, "x"))
+        os.mkdir(os.path.join(m, "x"))
+        os.rename(os.path.join(m, "a"), os.path.join(m, "x/a"))
+    s.change(ed, metacopy=True)
+    assert is_metacopy(up(s, "x/a"))
+    return s
+
+
+def test_kill_with_a_moved_file_in_a_dir_over_a_file_then_recover():
+    """The staged directory that replaces the file x holds the temp of x/a, the only copy of a's
+    data once a's deletion is applied: a recovery must keep it, not start that directory over."""
+    s = _dir_over_file_with_a_moved_file()
+    try:
+        names = _steps(s.run("commit", env={"DRAFTFS_FAULT": "count"}))
+    finally:
+        s.close()
+    assert "journal-staged" in names and "delete" in names and "rename-dir" in names
+    for n in range(1, len(names) + 1):
+        s = _dir_over_file_with_a_moved_file()
+        try:
+            want = s.view(metacopy=True)
+            assert want["x/a"] == ("file", 0o644, BIG)
+            p = s.run("commit", env={"DRAFTFS_FAULT": "exit:%d" % n}, check=False)
+            assert p.returncode == 99, (n, p.returncode, p.stderr)
+            s.run("recover")
+            assert snapshot(s.lower) == want, "step %d (%s)" % (n, names[n - 1])
+            assert s.changes() == {}
+        finally:
+            s.close()
+
+
+def _moved_and_new_in_a_dir():
+    """a moved to b (a metacopy of the lower a), and a new file in the lower dir d."""
+    s = Session()
+    os.mkdir(os.path.join(s.lower, "d"))
+    write_files(s.lower, {"a": BIG, "d/keep": b"keep\n"}, 0o644)
+
+    def ed(m):
+        os.rename(os.path.join(m, "a"), os.path.join(m, "b"))
+        with open(os.path.join(m, "d/new"), "wb") as f:
+            f.write(b"new\n")
+    s.change(ed, metacopy=True)
+    assert is_metacopy(up(s, "b"))
+    return s
+
+
+def test_recovery_that_fails_while_staging_keeps_the_staged_data():
+    """A commit killed after a's deletion leaves b's temp as the only copy of its data. A recovery
+    that then fails while staging (d/ is immutable for a while: no temp can be made in it) must keep
+    that temp: the next recovery, once d/ is writable again, gives b its data."""
+    s = _moved_and_new_in_a_dir()
+    try:
+        names = _steps(s.run("commit", env={"DRAFTFS_FAULT": "count"}))
+    finally:
+        s.close()
+    n = names.index("delete") + 1
+    s = _moved_and_new_in_a_dir()
+    try:
+        want = s.view(metacopy=True)
+        p = s.run("commit", env={"DRAFTFS_FAULT": "exit:%d" % n}, check=False)
+        assert p.returncode == 99, p.stderr
+        assert not os.path.exists(os.path.join(s.lower, "a")), "killed before a's deletion"
+        d = os.path.join(s.lower, "d")
+        if subprocess.run(["chattr", "+i", d], capture_output=True).returncode != 0:
+            pytest.skip("chattr +i does not work on this filesystem")
+        try:
+            p = s.run("recover", check=False)
+        finally:
+            subprocess.run(["chattr", "-i", d], check=True)
+        assert p.returncode != 0, "recovery staged into an immutable dir"
+        assert "journal" in p.stderr and "nothing was changed" not in p.stderr, p.stderr
+        s.run("recover")
+        assert snapshot(s.lower) == want
+        assert s.changes() == {}
+    finally:
+        s.close()
+
+
+def test_kill_twice_with_a_moved_file_then_recover():
+    """A commit killed while staging leaves an unmarked journal; the recovery stages again and
+    applies. If that recovery is killed after a's deletion, b's temp is the only copy of its data:
+    the recovery must have marked the journal staged, so the next one keeps the temp."""
+    s = _moved_and_new_in_a_dir()
+    try:
+        names = _steps(s.run("commit", env={"DRAFTFS_FAULT": "count"}))
+    finally:
+        s.close()
+    first = names.index("stage") + 1
+    s = _moved_and_new_in_a_dir()
+    try:
+        p = s.run("commit", env={"DRAFTFS_FAULT": "exit:%d" % first}, check=False)
+        assert p.returncode == 99, p.stderr
+        rnames = _steps(s.run("recover", env={"DRAFTFS_FAULT": "count"}))
+    finally:
+        s.close()
+    assert "delete" in rnames
+    for m in range(1, len(rnames) + 1):
+        s = _moved_and_new_in_a_dir()
+        try:
+            want = s.view(metacopy=True)
+            p = s.run("commit", env={"DRAFTFS_FAULT": "exit:%d" % first}, check=False)
+            assert p.returncode == 99, p.stderr
+            p = s.run("recover", env={"DRAFTFS_FAULT": "exit:%d" % m}, check=False)
+            assert p.returncode == 99, (m, p.returncode, p.stderr)
+            s.run("recover")
+            assert snapshot(s.lower) == want, "recovery killed at step %d (%s)" % (m, rnames[m - 1])
+            assert s.changes() == {}
+        finally:
+            s.close()
