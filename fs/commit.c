@@ -1004,8 +1004,14 @@ static int apply_entry(struct commit *cm, const struct ovl_change *e, size_t idx
 		}
 		if (errno == ENOENT)
 			return 0; /* already renamed (recovery) */
-		if (errno != EISDIR && errno != ENOTEMPTY && errno != EEXIST)
-			return -errno;
+		/*
+		 * A directory took the name since the changes were read (they
+		 * had no layer-0 dir there): stop with the journal, as for a
+		 * staged dir, instead of deleting what is not ours.
+		 */
+		if (errno == EISDIR || errno == ENOTEMPTY || errno == EEXIST)
+			return -EISDIR;
+		return -errno;
 	}
 	if (fstatat(dfd, tmp, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : -errno; /* already renamed (recovery) */

@@ -497,9 +497,10 @@ def _dir_over_file():
     return s
 
 
-def _commit_paused_at_staged(s, meanwhile):
-    """Runs a commit that pauses once staged; calls meanwhile() while it waits; returns the finished process."""
-    probe = _dir_over_file()
+def _commit_paused_at_staged(s, meanwhile, make=None):
+    """Runs a commit that pauses once staged; calls meanwhile() while it waits; returns the finished process.
+    make() builds a session like @s, to count the steps on (default: _dir_over_file)."""
+    probe = (make or _dir_over_file)()
     try:
         step = None
         p = probe.run("commit", env={"DRAFTFS_FAULT": "count"})
@@ -565,6 +566,44 @@ def test_staged_dir_never_merges_into_a_foreign_dir():
         for name in ("a", "b"):
             with open(os.path.join(s.lower, "sub", name)) as f:
                 assert f.read() == "new %s\n" % name
+        assert not [n for n in os.listdir(s.lower) if n.startswith(".#draftfs.")]
+        assert s.changes() == {}
+    finally:
+        s.close()
+
+
+def _file_modified():
+    s = Session()
+    with open(os.path.join(s.lower, "f"), "w") as f:
+        f.write("old\n")
+
+    def ed(m):
+        with open(os.path.join(m, "f"), "w") as f:
+            f.write("new\n")
+    s.change(ed)
+    return s
+
+
+def test_staged_file_never_replaces_a_foreign_dir():
+    """The session changed the file f; if a directory with entries took the name while the commit
+    was staging, the commit stops there with its journal instead of deleting that directory, and
+    once the name is free again 'draftfs recover' finishes the commit."""
+    s = _file_modified()
+    try:
+        def meanwhile():
+            os.unlink(os.path.join(s.lower, "f"))
+            os.mkdir(os.path.join(s.lower, "f"))
+            with open(os.path.join(s.lower, "f", "important"), "w") as f:
+                f.write("not ours\n")
+        rc, out, err = _commit_paused_at_staged(s, meanwhile, make=_file_modified)
+        assert rc != 0 and "'f'" in err and "Is a directory" in err, (rc, err)
+        with open(os.path.join(s.lower, "f", "important")) as f:
+            assert f.read() == "not ours\n"
+        assert json.loads(s.run("status").stdout)["journal"] == "pending"
+        shutil.rmtree(os.path.join(s.lower, "f"))
+        s.run("recover")
+        with open(os.path.join(s.lower, "f")) as f:
+            assert f.read() == "new\n"
         assert not [n for n in os.listdir(s.lower) if n.startswith(".#draftfs.")]
         assert s.changes() == {}
     finally:
