@@ -14,6 +14,8 @@
  *           read here, before apply changes anything); dirs are created
  *           or updated; one syncfs() of the target at the end; with
  *           metacopies selected, the journal is marked "staged".
+ *   recheck the workspace entries at stake are still what check read
+ *           (recheck_target()): a host edit made while staging refuses.
  *   apply   in path order: deletions (no symlink followed), renames of the
  *           temps over their names; one syncfs() of the target.
  *   prune   drop everything inside the selection from upper (whiteouts
@@ -102,6 +104,7 @@ struct commit {
 	cJSON *kept;
 	cJSON *committed;
 	cJSON *refused;   /* xattr refusals found while staging */
+	cJSON *late;      /* conflicts found after staging (recheck_target()) */
 	cJSON *materialized; /* unselected metacopies given their own data */
 	struct created_dir *created; /* target dirs created while staging, for a rollback */
 	size_t n_created;
@@ -932,6 +935,74 @@ static void held_done(struct commit *cm)
 	free(cm->held_path);
 }
 
+/* Does the workspace entry @st still look as the change list read it (@e->old)? */
+static bool target_unchanged(const struct ovl_change *e, const struct stat *st)
+{
+	if (st->st_dev != e->old.dev || st->st_ino != e->old.ino || (st->st_mode & S_IFMT) != (e->old.mode & S_IFMT))
+		return false;
+	if (S_ISDIR(st->st_mode) && e->new_type == OVL_FT_DIR)
+		/* it holds staged temps or new entries now: its times moved with them */
+		return st->st_mode == e->old.mode && st->st_uid == e->old.uid && st->st_gid == e->old.gid;
+	if (!S_ISDIR(st->st_mode) && st->st_size != e->old.size)
+		return false; /* a dir's size is not kept (0) */
+	return st->st_mtim.tv_sec == e->old.mtime.tv_sec &&
+	       st->st_mtim.tv_nsec == e->old.mtime.tv_nsec && st->st_ctim.tv_sec == e->old.ctime.tv_sec &&
+	       st->st_ctim.tv_nsec == e->old.ctime.tv_nsec;
+}
+
+/*
+ * The check once more, after staging and its syncfs (the long part: all the
+ * data is copied and flushed there) and before anything is applied: every
+ * workspace entry the commit replaces or deletes must still be the one the
+ * change list read, and every name it creates a file at must still be
+ * free. A host edit made meanwhile would be overwritten; found here, the
+ * commit can still refuse it as a conflict with nothing changed. Staging
+ * does not touch the workspace's own entries but for the directories it
+ * stages into (their identity, mode and owner are compared, not their
+ * times). What this leaves is the apply phase: renames and deletions only.
+ */
+static void recheck_target(struct commit *cm, cJSON **list)
+{
+	const struct ovl_changes *c = cm->changes;
+
+	for (size_t i = 0; i < c->n; i++) {
+		const struct ovl_change *e = &c->v[i];
+		bool had = e->old_type != OVL_FT_NONE && e->old_layer == 0;
+		_cleanup_free_ char *dir = NULL;
+		const char *name;
+		struct stat st;
+		int dfd;
+
+		if (!had && e->new_type != OVL_FT_FILE && e->new_type != OVL_FT_SYMLINK && e->new_type != OVL_FT_OTHER)
+			continue; /* nothing of the workspace's at stake: a dir made by staging, a base-only deletion */
+		split_path(e->path, &dir, &name);
+		if (!dir) {
+			add_detail(list, e->path, "out of memory while checking it again");
+			continue;
+		}
+		if (cm->held && cm->held[i] >= 0)
+			dfd = cm->held_fds[cm->held[i]];
+		else
+			dfd = target_dir(cm, dir, false);
+		if (dfd < 0) {
+			if (!(e->new_type == OVL_FT_NONE && (dfd == -ENOENT || dfd == -ENOTDIR)))
+				add_detail(list, e->path, "its directory changed in the workspace during the commit");
+			continue;
+		}
+		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno != ENOENT)
+				add_detail(list, e->path, "cannot be checked again in the workspace");
+			else if (had && e->new_type != OVL_FT_NONE)
+				add_detail(list, e->path, "deleted in the workspace during the commit");
+			continue;
+		}
+		if (!had)
+			add_detail(list, e->path, "created in the workspace during the commit");
+		else if (!target_unchanged(e, &st))
+			add_detail(list, e->path, "changed in the workspace during the commit");
+	}
+}
+
 static int apply_entry(struct commit *cm, const struct ovl_change *e, size_t idx)
 {
 	_cleanup_free_ char *dir = NULL;
@@ -1278,6 +1349,14 @@ static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 	r = ovl_syncfs_fd(cm->target_fd);
 	if (r < 0)
 		goto fail_noentry;
+	if (!recovering && !cm->opts->force) {
+		recheck_target(cm, &cm->late);
+		if (cm->late) {
+			i = cm->changes->n - 1;
+			r = -EBUSY;
+			goto fail_staging;
+		}
+	}
 	ovl_fault_point("staged");
 	if (!cm->keep_mc_temps && cm->changes->metacopies > 0) {
 		/*
@@ -1371,6 +1450,10 @@ fail_staging:
 		if (cm->refused)
 			return commit_error_paths(ret_error, -EPERM, "refused", TAKE_PTR(cm->refused),
 			                          "not committed without an explicit allow flag");
+		if (cm->late)
+			return commit_error_paths(ret_error, -EBUSY, "conflict", TAKE_PTR(cm->late),
+			                          "the workspace changed during the commit, nothing was committed "
+			                          "(use force to overwrite)");
 		if (recovering)
 			return ovl_ctl_error(ret_error, r, "io", NULL,
 			                     "recovery failed while staging '%s'; the journal was kept, run 'draftfs recover' "
@@ -1499,6 +1582,7 @@ out:
 	held_done(&cm);
 	ovl_changes_free(cm.all_changes);
 	cJSON_Delete(cm.refused);
+	cJSON_Delete(cm.late);
 	for (size_t i = 0; i < cm.n_created; i++)
 		free(cm.created[i].path);
 	free(cm.created);

@@ -497,28 +497,31 @@ def _dir_over_file():
     return s
 
 
-def _commit_paused_at_staged(s, meanwhile, make=None):
-    """Runs a commit that pauses once staged; calls meanwhile() while it waits; returns the finished process.
-    make() builds a session like @s, to count the steps on (default: _dir_over_file)."""
+def _commit_paused_at_staged(s, meanwhile, make=None, point="staged"):
+    """Runs a commit that pauses at the fault point @point (default: once staged and checked again);
+    calls meanwhile() while it waits; returns the finished process. make() builds a session like @s, to
+    count the steps on (default: _dir_over_file)."""
     probe = (make or _dir_over_file)()
     try:
         step = None
         p = probe.run("commit", env={"DRAFTFS_FAULT": "count"})
         for line in p.stderr.splitlines():
             f = line.split()
-            if line.startswith("draftfs-fault: step") and f[3] == "staged":
+            if line.startswith("draftfs-fault: step") and f[3] == point:
                 step = int(f[2])
     finally:
         probe.close()
-    assert step, "no 'staged' fault point in a commit"
+    assert step, "no %r fault point in a commit" % point
     env = dict(os.environ, DRAFTFS_FAULT="pause:%d:1500" % step)
     p = subprocess.Popen([draftfs_bin(), "commit"] + s.args(), env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
+    journal = os.path.join(s.work, "draftfs", "commit.journal")
     deadline = time.time() + 10
-    while not [n for n in os.listdir(s.lower) if n.startswith(".#draftfs.")]:
-        assert time.time() < deadline and p.poll() is None, "the commit never staged the directory"
+    while not os.path.exists(journal) or (
+            point == "staged" and not [n for n in os.listdir(s.lower) if n.startswith(".#draftfs.")]):
+        assert time.time() < deadline and p.poll() is None, "the commit never reached %r" % point
         time.sleep(0.01)
-    time.sleep(0.2)  # inside the pause: everything is staged, nothing renamed yet
+    time.sleep(0.2)  # inside the pause
     meanwhile()
     out, err = p.communicate(timeout=60)
     return p.returncode, out.decode(), err.decode()
@@ -608,3 +611,70 @@ def test_staged_file_never_replaces_a_foreign_dir():
         assert s.changes() == {}
     finally:
         s.close()
+
+
+def _four_kinds_of_change():
+    """The session modified f, deleted g and the dir d, created n."""
+    s = Session()
+    for name, text in (("f", "old f\n"), ("g", "old g\n"), ("d/x", "old x\n")):
+        os.makedirs(os.path.dirname(os.path.join(s.lower, name)), exist_ok=True)
+        with open(os.path.join(s.lower, name), "w") as f:
+            f.write(text)
+
+    def ed(m):
+        with open(os.path.join(m, "f"), "w") as f:
+            f.write("new f\n")
+        os.unlink(os.path.join(m, "g"))
+        shutil.rmtree(os.path.join(m, "d"))
+        with open(os.path.join(m, "n"), "w") as f:
+            f.write("new n\n")
+    s.change(ed)
+    s.set_origins()
+    return s
+
+
+def _host_write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def test_host_edit_while_staging_is_a_conflict():
+    """The conflict check runs again once everything is staged, before anything is applied: a host edit
+    made to the workspace while the commit was copying its data (here: paused right after the journal)
+    refuses the commit as a conflict, with nothing changed, the host's edit kept and the session's
+    change still in the upper; force then commits over it. One kind of edit per run: written in place,
+    replaced by a rename, a file created at a name the session created, a file added to a directory the
+    session deleted."""
+    edits = {
+        "f": lambda s: _host_write(os.path.join(s.lower, "f"), "host f\n"),
+        "g": lambda s: (_host_write(os.path.join(s.lower, ".g.tmp"), "host g\n"),
+                        os.rename(os.path.join(s.lower, ".g.tmp"), os.path.join(s.lower, "g"))),
+        "n": lambda s: _host_write(os.path.join(s.lower, "n"), "host n\n"),
+        "d": lambda s: _host_write(os.path.join(s.lower, "d", "host"), "host d\n"),
+    }
+    for path, edit in edits.items():
+        s = _four_kinds_of_change()
+        try:
+            before = s.changes()
+            rc, out, err = _commit_paused_at_staged(s, lambda: edit(s), make=_four_kinds_of_change,
+                                                    point="journal")
+            reason = "created" if path == "n" else "changed"
+            assert rc == 3 and err.endswith(": '%s'\n  %s: %s in the workspace during the commit\n"
+                                            % (path, path, reason)), (path, rc, err)
+            host = os.path.join(s.lower, path if path != "d" else "d/host")
+            with open(host) as f:
+                assert f.read() == "host %s\n" % path, path
+            assert json.loads(s.run("status").stdout)["journal"] != "pending", path
+            assert not [n for n in os.listdir(s.lower) if n.startswith(".#draftfs.")], path
+            assert set(before) <= set(s.changes()), path  # (d: the host's d/host shows as deleted too)
+            if path != "f":
+                with open(os.path.join(s.lower, "f")) as f:
+                    assert f.read() == "old f\n", path
+            s.run("commit", "--force")
+            assert s.changes() == {}, path
+            with open(os.path.join(s.lower, "f")) as f:
+                assert f.read() == "new f\n", path
+            assert not os.path.lexists(os.path.join(s.lower, "g")), path
+            assert not os.path.lexists(os.path.join(s.lower, "d")), path
+        finally:
+            s.close()
