@@ -555,24 +555,33 @@ def test_staged_dir_never_merges_into_a_foreign_dir():
     'draftfs recover' finishes the commit."""
     s = _dir_over_file()
     try:
-        def meanwhile():
-            os.unlink(os.path.join(s.lower, "sub"))
-            os.mkdir(os.path.join(s.lower, "sub"))
-            with open(os.path.join(s.lower, "sub", "foreign"), "w") as f:
-                f.write("not ours\n")
-        rc, out, err = _commit_paused_at_staged(s, meanwhile)
+        rc, out, err = _commit_paused_at_staged(s, lambda: _foreign_dir(s, "sub", "foreign"))
         assert rc != 0 and "sub" in err, (rc, err)
         assert sorted(os.listdir(os.path.join(s.lower, "sub"))) == ["foreign"]
-        assert json.loads(s.run("status").stdout)["journal"] == "pending"
-        shutil.rmtree(os.path.join(s.lower, "sub"))
-        s.run("recover")
-        for name in ("a", "b"):
-            with open(os.path.join(s.lower, "sub", name)) as f:
-                assert f.read() == "new %s\n" % name
-        assert not [n for n in os.listdir(s.lower) if n.startswith(".#draftfs.")]
-        assert s.changes() == {}
+        _recover_once_freed(s, "sub", {"sub/a": "new a\n", "sub/b": "new b\n"})
     finally:
         s.close()
+
+
+def _foreign_dir(s, name, entry):
+    """The host replaces the workspace's file @name with a directory holding the file @entry."""
+    os.unlink(os.path.join(s.lower, name))
+    os.mkdir(os.path.join(s.lower, name))
+    with open(os.path.join(s.lower, name, entry), "w") as f:
+        f.write("not ours\n")
+
+
+def _recover_once_freed(s, name, want):
+    """The commit stopped at the host's directory @name with its journal; once the host removes it,
+    'draftfs recover' finishes the commit: the workspace holds @want ({path: text}), no temp is left."""
+    assert json.loads(s.run("status").stdout)["journal"] == "pending"
+    shutil.rmtree(os.path.join(s.lower, name))
+    s.run("recover")
+    for path, text in want.items():
+        with open(os.path.join(s.lower, path)) as f:
+            assert f.read() == text, path
+    assert not [n for n in os.listdir(s.lower) if n.startswith(".#draftfs.")]
+    assert s.changes() == {}
 
 
 def _file_modified():
@@ -593,22 +602,11 @@ def test_staged_file_never_replaces_a_foreign_dir():
     once the name is free again 'draftfs recover' finishes the commit."""
     s = _file_modified()
     try:
-        def meanwhile():
-            os.unlink(os.path.join(s.lower, "f"))
-            os.mkdir(os.path.join(s.lower, "f"))
-            with open(os.path.join(s.lower, "f", "important"), "w") as f:
-                f.write("not ours\n")
-        rc, out, err = _commit_paused_at_staged(s, meanwhile, make=_file_modified)
+        rc, out, err = _commit_paused_at_staged(s, lambda: _foreign_dir(s, "f", "important"), make=_file_modified)
         assert rc != 0 and "'f'" in err and "Is a directory" in err, (rc, err)
         with open(os.path.join(s.lower, "f", "important")) as f:
             assert f.read() == "not ours\n"
-        assert json.loads(s.run("status").stdout)["journal"] == "pending"
-        shutil.rmtree(os.path.join(s.lower, "f"))
-        s.run("recover")
-        with open(os.path.join(s.lower, "f")) as f:
-            assert f.read() == "new\n"
-        assert not [n for n in os.listdir(s.lower) if n.startswith(".#draftfs.")]
-        assert s.changes() == {}
+        _recover_once_freed(s, "f", {"f": "new\n"})
     finally:
         s.close()
 

@@ -364,13 +364,23 @@ def edit_more(m):
         f.write(b"new\n")
 
 
-def count_steps(args):
-    s = fresh(edit_more)
+def _steps(p):
+    return [line.split()[3] for line in p.stderr.splitlines() if line.startswith("draftfs-fault: step")]
+
+
+def steps_of(make, *args, verb="commit"):
+    """The fault points, by name, that 'draftfs VERB ARGS' goes through on a session made by make()."""
+    s = make()
     try:
-        p = s.run("commit", *args, env={"DRAFTFS_FAULT": "count"})
-        return [line.split()[3] for line in p.stderr.splitlines() if line.startswith("draftfs-fault: step")]
+        return _steps(s.run(verb, *args, env={"DRAFTFS_FAULT": "count"}))
     finally:
         s.close()
+
+
+def kill_at(s, n, *args, verb="commit"):
+    """Runs 'draftfs VERB ARGS' on @s, killed at its n-th fault point."""
+    p = s.run(verb, *args, env={"DRAFTFS_FAULT": "exit:%d" % n}, check=False)
+    assert p.returncode == 99, (verb, n, p.returncode, p.stderr)
 
 
 @pytest.mark.parametrize("args", [[], ["moved.bin", "same.txt", "same2.txt", "chmod.txt", "keep.txt"]],
@@ -378,7 +388,7 @@ def count_steps(args):
 def test_kill_at_every_step_then_recover(args):
     """A kill at each step of a commit with metacopies, then recover: the workspace ends
     with the view's data, never the zeros of a metacopy or the data a rename replaced."""
-    names = count_steps(args)
+    names = steps_of(lambda: fresh(edit_more), *args)
     assert "journal-staged" in names
     if args:
         assert "materialize" in names
@@ -387,8 +397,7 @@ def test_kill_at_every_step_then_recover(args):
         try:
             want = s.view(metacopy=True)
             assert want["kept2.txt"] == ("file", 0o644, b"not touched\n")
-            p = s.run("commit", *args, env={"DRAFTFS_FAULT": "exit:%d" % n}, check=False)
-            assert p.returncode == 99, (n, p.returncode, p.stderr)
+            kill_at(s, n, *args)
             s.run("recover")
             got = s.view(metacopy=True)
             assert got == want, "step %d (%s)" % (n, names[n - 1])
@@ -417,16 +426,14 @@ def test_kill_with_an_unchanged_metacopy_then_recover():
     s = make()
     try:
         assert set(s.changes()) == {"orig.txt"}
-        p = s.run("commit", "orig.txt", "twin.txt", env={"DRAFTFS_FAULT": "count"})
-        names = [line.split()[3] for line in p.stderr.splitlines() if line.startswith("draftfs-fault: step")]
-        assert "journal-staged" in names
     finally:
         s.close()
+    names = steps_of(make, "orig.txt", "twin.txt")
+    assert "journal-staged" in names
     for n in range(1, len(names) + 1):
         s = make()
         try:
-            p = s.run("commit", "orig.txt", "twin.txt", env={"DRAFTFS_FAULT": "exit:%d" % n}, check=False)
-            assert p.returncode == 99, (n, p.stderr)
+            kill_at(s, n, "orig.txt", "twin.txt")
             s.run("recover")
             assert snapshot(s.lower) == {"twin.txt": ("file", 0o644, b"twins\n")}, (n, names[n - 1])
             assert s.changes() == {} and os.listdir(s.upper) == []
@@ -470,10 +477,6 @@ def test_base_layer_data_and_opaque_dir(session2):
     assert s.view(metacopy=True) == want
 
 
-def _steps(p):
-    return [line.split()[3] for line in p.stderr.splitlines() if line.startswith("draftfs-fault: step")]
-
-
 def _dir_over_file_with_a_moved_file():
     """x was a file and is a directory now, holding a (a metacopy: its data is the lower a)."""
     s = Session()
@@ -491,19 +494,14 @@ def _dir_over_file_with_a_moved_file():
 def test_kill_with_a_moved_file_in_a_dir_over_a_file_then_recover():
     """The staged directory that replaces the file x holds the temp of x/a, the only copy of a's
     data once a's deletion is applied: a recovery must keep it, not start that directory over."""
-    s = _dir_over_file_with_a_moved_file()
-    try:
-        names = _steps(s.run("commit", env={"DRAFTFS_FAULT": "count"}))
-    finally:
-        s.close()
+    names = steps_of(_dir_over_file_with_a_moved_file)
     assert "journal-staged" in names and "delete" in names and "rename-dir" in names
     for n in range(1, len(names) + 1):
         s = _dir_over_file_with_a_moved_file()
         try:
             want = s.view(metacopy=True)
             assert want["x/a"] == ("file", 0o644, BIG)
-            p = s.run("commit", env={"DRAFTFS_FAULT": "exit:%d" % n}, check=False)
-            assert p.returncode == 99, (n, p.returncode, p.stderr)
+            kill_at(s, n)
             s.run("recover")
             assert snapshot(s.lower) == want, "step %d (%s)" % (n, names[n - 1])
             assert s.changes() == {}
@@ -530,17 +528,11 @@ def test_recovery_that_fails_while_staging_keeps_the_staged_data():
     """A commit killed after a's deletion leaves b's temp as the only copy of its data. A recovery
     that then fails while staging (d/ is immutable for a while: no temp can be made in it) must keep
     that temp: the next recovery, once d/ is writable again, gives b its data."""
-    s = _moved_and_new_in_a_dir()
-    try:
-        names = _steps(s.run("commit", env={"DRAFTFS_FAULT": "count"}))
-    finally:
-        s.close()
-    n = names.index("delete") + 1
+    n = steps_of(_moved_and_new_in_a_dir).index("delete") + 1
     s = _moved_and_new_in_a_dir()
     try:
         want = s.view(metacopy=True)
-        p = s.run("commit", env={"DRAFTFS_FAULT": "exit:%d" % n}, check=False)
-        assert p.returncode == 99, p.stderr
+        kill_at(s, n)
         assert not os.path.exists(os.path.join(s.lower, "a")), "killed before a's deletion"
         d = os.path.join(s.lower, "d")
         if subprocess.run(["chattr", "+i", d], capture_output=True).returncode != 0:
@@ -562,16 +554,10 @@ def test_kill_twice_with_a_moved_file_then_recover():
     """A commit killed while staging leaves an unmarked journal; the recovery stages again and
     applies. If that recovery is killed after a's deletion, b's temp is the only copy of its data:
     the recovery must have marked the journal staged, so the next one keeps the temp."""
+    first = steps_of(_moved_and_new_in_a_dir).index("stage") + 1
     s = _moved_and_new_in_a_dir()
     try:
-        names = _steps(s.run("commit", env={"DRAFTFS_FAULT": "count"}))
-    finally:
-        s.close()
-    first = names.index("stage") + 1
-    s = _moved_and_new_in_a_dir()
-    try:
-        p = s.run("commit", env={"DRAFTFS_FAULT": "exit:%d" % first}, check=False)
-        assert p.returncode == 99, p.stderr
+        kill_at(s, first)
         rnames = _steps(s.run("recover", env={"DRAFTFS_FAULT": "count"}))
     finally:
         s.close()
@@ -580,10 +566,8 @@ def test_kill_twice_with_a_moved_file_then_recover():
         s = _moved_and_new_in_a_dir()
         try:
             want = s.view(metacopy=True)
-            p = s.run("commit", env={"DRAFTFS_FAULT": "exit:%d" % first}, check=False)
-            assert p.returncode == 99, p.stderr
-            p = s.run("recover", env={"DRAFTFS_FAULT": "exit:%d" % m}, check=False)
-            assert p.returncode == 99, (m, p.returncode, p.stderr)
+            kill_at(s, first)
+            kill_at(s, m, verb="recover")
             s.run("recover")
             assert snapshot(s.lower) == want, "recovery killed at step %d (%s)" % (m, rnames[m - 1])
             assert s.changes() == {}
