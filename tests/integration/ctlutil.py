@@ -207,6 +207,41 @@ def session2():
     s.close()
 
 
+# --- the committer's fault points (DRAFTFS_FAULT, fs/ctl-util.c) ---
+def fault_steps(p):
+    """The fault points, by name in order, that a run with DRAFTFS_FAULT=count went through."""
+    return [line.split()[3] for line in p.stderr.splitlines() if line.startswith("draftfs-fault: step")]
+
+
+def steps_of(make, *args, verb="commit"):
+    """The fault points, by name, that 'draftfs VERB ARGS' goes through on a session made by make()."""
+    s = make()
+    try:
+        return fault_steps(s.run(verb, *args, env={"DRAFTFS_FAULT": "count"}))
+    finally:
+        s.close()
+
+
+def kill_at(s, n, *args, verb="commit"):
+    """Runs 'draftfs VERB ARGS' on @s, killed at its n-th fault point."""
+    p = s.run(verb, *args, env={"DRAFTFS_FAULT": "exit:%d" % n}, check=False)
+    assert p.returncode == 99, (verb, n, p.returncode, p.stderr)
+
+
+def commit_paused_at(s, n, ready, what):
+    """Starts 'draftfs commit' on @s pausing 1.5 s at its n-th fault point; returns the process once
+    ready() holds and the pause has run 0.2 s (inside it). @what names the point for the error."""
+    env = dict(os.environ, DRAFTFS_FAULT="pause:%d:1500" % n)
+    p = subprocess.Popen([draftfs_bin(), "commit"] + s.args(), env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    deadline = time.time() + 10
+    while not ready():
+        assert time.time() < deadline and p.poll() is None, "the commit never reached %s" % what
+        time.sleep(0.01)
+    time.sleep(0.2)
+    return p
+
+
 def write_files(root, files, mode=None):
     """Writes each relative path -> bytes of @files below @root (parents must exist), chmod @mode if given."""
     for k, v in files.items():

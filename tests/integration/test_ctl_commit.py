@@ -9,9 +9,9 @@ import shutil
 import stat
 import subprocess
 import threading
-import time
 
-from ctlutil import Session, draftfs_bin, session, session2, snapshot  # noqa: F401
+from ctlutil import (Session, commit_paused_at, fault_steps, session, session2, snapshot,  # noqa: F401
+                     steps_of, write_files)
 from test_ctl_diff import edit, populate
 
 
@@ -456,19 +456,12 @@ def test_rollback_leaves_a_dir_it_did_not_make(session):
     upper_before = snapshot(session.upper)
     p = session.run("commit", check=False, env={"DRAFTFS_FAULT": "count"})
     assert p.returncode == 3, p.stderr
-    steps = [int(f[2]) for f in (line.split() for line in p.stderr.splitlines())
-             if len(f) > 3 and f[:2] == ["draftfs-fault:", "step"] and f[3] == "stage-dir"]
-    assert steps, "no 'stage-dir' fault point in a commit: " + p.stderr
+    steps = fault_steps(p)
+    assert "stage-dir" in steps, "no 'stage-dir' fault point in a commit: " + p.stderr
     assert os.listdir(session.lower) == [], "the probe's rollback left something"
-    env = dict(os.environ, DRAFTFS_FAULT="pause:%d:1500" % steps[0])
-    proc = subprocess.Popen([draftfs_bin(), "commit"] + session.args(), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
     nd = os.path.join(session.lower, "nd")
-    deadline = time.time() + 10
-    while not os.path.isdir(nd):
-        assert time.time() < deadline and proc.poll() is None, "the commit never made nd/"
-        time.sleep(0.01)
-    time.sleep(0.2)  # inside the pause, right after nd/ was made
+    proc = commit_paused_at(session, steps.index("stage-dir") + 1, lambda: os.path.isdir(nd), "nd/")
+    # inside the pause, right after nd/ was made
     os.rename(nd, os.path.join(session.lower, "moved"))
     os.mkdir(nd)
     mine = os.stat(nd)
@@ -497,31 +490,18 @@ def _dir_over_file():
     return s
 
 
-def _commit_paused_at_staged(s, meanwhile, make=None, point="staged"):
+def _commit_paused_at(s, meanwhile, make=None, point="staged"):
     """Runs a commit that pauses at the fault point @point (default: once staged and checked again);
     calls meanwhile() while it waits; returns the finished process. make() builds a session like @s, to
     count the steps on (default: _dir_over_file)."""
-    probe = (make or _dir_over_file)()
-    try:
-        step = None
-        p = probe.run("commit", env={"DRAFTFS_FAULT": "count"})
-        for line in p.stderr.splitlines():
-            f = line.split()
-            if line.startswith("draftfs-fault: step") and f[3] == point:
-                step = int(f[2])
-    finally:
-        probe.close()
-    assert step, "no %r fault point in a commit" % point
-    env = dict(os.environ, DRAFTFS_FAULT="pause:%d:1500" % step)
-    p = subprocess.Popen([draftfs_bin(), "commit"] + s.args(), env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+    steps = steps_of(make or _dir_over_file)
+    assert point in steps, "no %r fault point in a commit" % point
     journal = os.path.join(s.work, "draftfs", "commit.journal")
-    deadline = time.time() + 10
-    while not os.path.exists(journal) or (
-            point == "staged" and not [n for n in os.listdir(s.lower) if n.startswith(".#draftfs.")]):
-        assert time.time() < deadline and p.poll() is None, "the commit never reached %r" % point
-        time.sleep(0.01)
-    time.sleep(0.2)  # inside the pause
+
+    def ready():
+        staged = [n for n in os.listdir(s.lower) if n.startswith(".#draftfs.")]
+        return os.path.exists(journal) and (point != "staged" or staged)
+    p = commit_paused_at(s, steps.index(point) + 1, ready, repr(point))
     meanwhile()
     out, err = p.communicate(timeout=60)
     return p.returncode, out.decode(), err.decode()
@@ -538,7 +518,7 @@ def test_staged_dir_lands_whatever_took_the_name():
                 os.unlink(os.path.join(s.lower, "sub"))
                 if replace == "empty dir":
                     os.mkdir(os.path.join(s.lower, "sub"))
-            rc, out, err = _commit_paused_at_staged(s, meanwhile)
+            rc, out, err = _commit_paused_at(s, meanwhile)
             assert rc == 0, (replace, err)
             for name in ("a", "b"):
                 with open(os.path.join(s.lower, "sub", name)) as f:
@@ -555,7 +535,7 @@ def test_staged_dir_never_merges_into_a_foreign_dir():
     'draftfs recover' finishes the commit."""
     s = _dir_over_file()
     try:
-        rc, out, err = _commit_paused_at_staged(s, lambda: _foreign_dir(s, "sub", "foreign"))
+        rc, out, err = _commit_paused_at(s, lambda: _foreign_dir(s, "sub", "foreign"))
         assert rc != 0 and "sub" in err, (rc, err)
         assert sorted(os.listdir(os.path.join(s.lower, "sub"))) == ["foreign"]
         _recover_once_freed(s, "sub", {"sub/a": "new a\n", "sub/b": "new b\n"})
@@ -602,7 +582,7 @@ def test_staged_file_never_replaces_a_foreign_dir():
     once the name is free again 'draftfs recover' finishes the commit."""
     s = _file_modified()
     try:
-        rc, out, err = _commit_paused_at_staged(s, lambda: _foreign_dir(s, "f", "important"), make=_file_modified)
+        rc, out, err = _commit_paused_at(s, lambda: _foreign_dir(s, "f", "important"), make=_file_modified)
         assert rc != 0 and "'f'" in err and "Is a directory" in err, (rc, err)
         with open(os.path.join(s.lower, "f", "important")) as f:
             assert f.read() == "not ours\n"
@@ -614,10 +594,8 @@ def test_staged_file_never_replaces_a_foreign_dir():
 def _four_kinds_of_change():
     """The session modified f, deleted g and the dir d, created n."""
     s = Session()
-    for name, text in (("f", "old f\n"), ("g", "old g\n"), ("d/x", "old x\n")):
-        os.makedirs(os.path.dirname(os.path.join(s.lower, name)), exist_ok=True)
-        with open(os.path.join(s.lower, name), "w") as f:
-            f.write(text)
+    os.mkdir(os.path.join(s.lower, "d"))
+    write_files(s.lower, {"f": b"old f\n", "g": b"old g\n", "d/x": b"old x\n"})
 
     def ed(m):
         with open(os.path.join(m, "f"), "w") as f:
@@ -631,11 +609,6 @@ def _four_kinds_of_change():
     return s
 
 
-def _host_write(path, text):
-    with open(path, "w") as f:
-        f.write(text)
-
-
 def test_host_edit_while_staging_is_a_conflict():
     """The conflict check runs again once everything is staged, before anything is applied: a host edit
     made to the workspace while the commit was copying its data (here: paused right after the journal)
@@ -644,17 +617,17 @@ def test_host_edit_while_staging_is_a_conflict():
     replaced by a rename, a file created at a name the session created, a file added to a directory the
     session deleted."""
     edits = {
-        "f": lambda s: _host_write(os.path.join(s.lower, "f"), "host f\n"),
-        "g": lambda s: (_host_write(os.path.join(s.lower, ".g.tmp"), "host g\n"),
+        "f": lambda s: write_files(s.lower, {"f": b"host f\n"}),
+        "g": lambda s: (write_files(s.lower, {".g.tmp": b"host g\n"}),
                         os.rename(os.path.join(s.lower, ".g.tmp"), os.path.join(s.lower, "g"))),
-        "n": lambda s: _host_write(os.path.join(s.lower, "n"), "host n\n"),
-        "d": lambda s: _host_write(os.path.join(s.lower, "d", "host"), "host d\n"),
+        "n": lambda s: write_files(s.lower, {"n": b"host n\n"}),
+        "d": lambda s: write_files(s.lower, {"d/host": b"host d\n"}),
     }
     for path, edit in edits.items():
         s = _four_kinds_of_change()
         try:
             before = s.changes()
-            rc, out, err = _commit_paused_at_staged(s, lambda: edit(s), make=_four_kinds_of_change,
+            rc, out, err = _commit_paused_at(s, lambda: edit(s), make=_four_kinds_of_change,
                                                     point="journal")
             reason = "created" if path == "n" else "changed"
             assert rc == 3 and err.endswith(": '%s'\n  %s: %s in the workspace during the commit\n"

@@ -15,7 +15,8 @@ import tarfile
 
 import pytest
 
-from ctlutil import Session, files_only, is_metacopy, make_metacopy, oci_apply, session, session2, snapshot, write_files  # noqa: F401
+from ctlutil import (Session, fault_steps, files_only, is_metacopy, kill_at, make_metacopy, oci_apply,  # noqa: F401
+                     session, session2, snapshot, steps_of, write_files)
 
 BIG = bytes(range(256)) * 64 + b"tail\n"  # 16 KiB + 5: no zeros a sparse file could pass for
 
@@ -364,25 +365,6 @@ def edit_more(m):
         f.write(b"new\n")
 
 
-def _steps(p):
-    return [line.split()[3] for line in p.stderr.splitlines() if line.startswith("draftfs-fault: step")]
-
-
-def steps_of(make, *args, verb="commit"):
-    """The fault points, by name, that 'draftfs VERB ARGS' goes through on a session made by make()."""
-    s = make()
-    try:
-        return _steps(s.run(verb, *args, env={"DRAFTFS_FAULT": "count"}))
-    finally:
-        s.close()
-
-
-def kill_at(s, n, *args, verb="commit"):
-    """Runs 'draftfs VERB ARGS' on @s, killed at its n-th fault point."""
-    p = s.run(verb, *args, env={"DRAFTFS_FAULT": "exit:%d" % n}, check=False)
-    assert p.returncode == 99, (verb, n, p.returncode, p.stderr)
-
-
 @pytest.mark.parametrize("args", [[], ["moved.bin", "same.txt", "same2.txt", "chmod.txt", "keep.txt"]],
                          ids=["all", "partial"])
 def test_kill_at_every_step_then_recover(args):
@@ -558,7 +540,7 @@ def test_kill_twice_with_a_moved_file_then_recover():
     s = _moved_and_new_in_a_dir()
     try:
         kill_at(s, first)
-        rnames = _steps(s.run("recover", env={"DRAFTFS_FAULT": "count"}))
+        rnames = fault_steps(s.run("recover", env={"DRAFTFS_FAULT": "count"}))
     finally:
         s.close()
     assert "delete" in rnames

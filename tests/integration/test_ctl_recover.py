@@ -6,7 +6,7 @@ import json
 import os
 import shutil
 
-from ctlutil import Session, snapshot
+from ctlutil import Session, kill_at, snapshot, steps_of
 
 
 def populate(low):
@@ -62,12 +62,7 @@ def check_each_file(got, old, new):
 
 
 def count_steps():
-    s = fresh()
-    try:
-        p = s.run("commit", env={"DRAFTFS_FAULT": "count"})
-        return sum(1 for line in p.stderr.splitlines() if line.startswith("draftfs-fault: step"))
-    finally:
-        s.close()
+    return len(steps_of(fresh))
 
 
 def test_kill_at_every_step_then_recover():
@@ -78,8 +73,7 @@ def test_kill_at_every_step_then_recover():
         try:
             old = snapshot(s.lower)
             want = s.view()
-            p = s.run("commit", env={"DRAFTFS_FAULT": "exit:%d" % n}, check=False)
-            assert p.returncode == 99, (n, p.returncode, p.stderr)
+            kill_at(s, n)
             got = snapshot(s.lower)
             visible = {k: v for k, v in got.items() if ".#draftfs." not in k}
             check_each_file(visible, old, want)
@@ -104,10 +98,8 @@ def test_kill_twice_during_recovery():
     s = fresh()
     try:
         want = s.view()
-        p = s.run("commit", env={"DRAFTFS_FAULT": "exit:%d" % (steps // 2)}, check=False)
-        assert p.returncode == 99
-        p = s.run("recover", env={"DRAFTFS_FAULT": "exit:3"}, check=False)
-        assert p.returncode == 99
+        kill_at(s, steps // 2)
+        kill_at(s, 3, verb="recover")
         s.run("recover")
         assert snapshot(s.lower) == want
         assert s.changes() == {}
