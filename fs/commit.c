@@ -935,6 +935,14 @@ static void held_done(struct commit *cm)
 	free(cm->held_path);
 }
 
+/* The target directory of change @idx: the fd held since staging, or @dir resolved again. */
+static int entry_dir(struct commit *cm, size_t idx, const char *dir, bool create)
+{
+	if (cm->held && cm->held[idx] >= 0)
+		return cm->held_fds[cm->held[idx]];
+	return target_dir(cm, dir, create);
+}
+
 /* Does the workspace entry @st still look as the change list read it (@e->old)? */
 static bool target_unchanged(const struct ovl_change *e, const struct stat *st)
 {
@@ -980,10 +988,7 @@ static void recheck_target(struct commit *cm, cJSON **list)
 			add_detail(list, e->path, "out of memory while checking it again");
 			continue;
 		}
-		if (cm->held && cm->held[i] >= 0)
-			dfd = cm->held_fds[cm->held[i]];
-		else
-			dfd = target_dir(cm, dir, false);
+		dfd = entry_dir(cm, i, dir, false);
 		if (dfd < 0) {
 			if (!(e->new_type == OVL_FT_NONE && (dfd == -ENOENT || dfd == -ENOTDIR)))
 				add_detail(list, e->path, "its directory changed in the workspace during the commit");
@@ -1016,10 +1021,7 @@ static int apply_entry(struct commit *cm, const struct ovl_change *e, size_t idx
 		return -ENOMEM;
 	if (e->new_type == OVL_FT_NONE && e->old_layer != 0)
 		return 0; /* only a base layer has it: nothing in the target */
-	if (cm->held && cm->held[idx] >= 0)
-		dfd = cm->held_fds[cm->held[idx]];
-	else
-		dfd = target_dir(cm, dir, e->new_type != OVL_FT_NONE);
+	dfd = entry_dir(cm, idx, dir, e->new_type != OVL_FT_NONE);
 	if (dfd < 0 && e->new_type == OVL_FT_NONE && (dfd == -ENOENT || dfd == -ENOTDIR))
 		return 0; /* its directory is already gone */
 	if (dfd < 0)
