@@ -237,7 +237,7 @@ static void log_tail(const char *path, char *buf, size_t size)
 		tmp[--n] = '\0';
 	p = strrchr(tmp, '\n');
 	line = p ? p + 1 : tmp;
-	snprintf(buf, size, "%.200s", line);
+	snprintf(buf, size, "%.400s", line);
 }
 
 #define MOUNT_TIMEOUT_MS 30000
@@ -247,7 +247,7 @@ static int mount_draftfs(struct api_session *s, struct api_error *err)
 	const struct api_config *cfg = s->srv->cfg;
 	_cleanup_free_ char *opts = NULL, *log_path = NULL, *upper = NULL, *work = NULL, *quota = NULL;
 	_cleanup_close_ int log_fd = -1, pidfd = -1, mi_fd = -1;
-	char msg[256];
+	char msg[512];
 	pid_t pid;
 	int r;
 

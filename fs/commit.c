@@ -91,6 +91,7 @@ struct commit {
 	size_t n_remap;
 	bool recovering; /* temps of an earlier try may be around */
 	bool keep_mc_temps; /* recovering a staged commit: the temps of metacopies are the data */
+	struct timespec started; /* when the commit began (its journal keeps it), coarse realtime */
 	/*
 	 * The target directory each staged entry was written into, kept open
 	 * until its rename: apply renames within the very directory that was
@@ -1008,6 +1009,47 @@ static void recheck_target(struct commit *cm, cJSON **list)
 	}
 }
 
+/*
+ * What the commit itself puts at a path: its staged entry carries the
+ * session's type, data, mode, size and mtime (owner and xattrs may differ
+ * by the owner policy, ctime moved with the rename). The data of a
+ * metacopy is not known any more once the commit has replaced or deleted
+ * the lower file it reads (a rename's source: the diff reads what stands
+ * there now, or nothing): its size and mtime stand for it.
+ */
+static bool is_committed_entry(const struct ovl_change *e)
+{
+	return e->old_type == e->new_type && (!e->content || e->metacopy) &&
+	       e->old.mode == e->new.mode && e->old.size == e->new.size && e->old.mtime.tv_sec == e->new.mtime.tv_sec &&
+	       e->old.mtime.tv_nsec == e->new.mtime.tv_nsec;
+}
+
+/*
+ * Recovery's check (without force): the interrupted commit checked the
+ * workspace before it wrote its journal, so what would be lost now is an
+ * edit made on the host after the commit began (@cm->started): a workspace
+ * entry at a path of the commit, not put there by the commit, with a ctime
+ * from then on. Directories are not compared themselves (the commit's own
+ * staging and deletions move their times); what the host put inside one is
+ * an entry of the change list in turn.
+ */
+static void check_recovery(struct commit *cm, cJSON **list)
+{
+	const struct ovl_changes *c = cm->changes;
+
+	for (size_t i = 0; i < c->n; i++) {
+		const struct ovl_change *e = &c->v[i];
+
+		if (e->old_type == OVL_FT_NONE || e->old_layer != 0 || e->old_type == OVL_FT_DIR)
+			continue;
+		if (!ts_not_before(e->old.ctime, cm->started) || is_committed_entry(e))
+			continue;
+		add_detail(list, e->path,
+		           e->new_type == OVL_FT_NONE ? "changed in the workspace after the commit began; recovery would delete it"
+		                                      : "changed in the workspace after the commit began; recovery would replace it");
+	}
+}
+
 static int apply_entry(struct commit *cm, const struct ovl_change *e, size_t idx)
 {
 	_cleanup_free_ char *dir = NULL;
@@ -1322,7 +1364,7 @@ static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 			return r; /* nothing else changed: each of them is a metacopy or a full copy, both show the same */
 	}
 	if (!recovering) {
-		r = ovl_journal_write(l->state_fd, cm->target_fd, cm->sel, cm->opts, false);
+		r = ovl_journal_write(l->state_fd, cm->target_fd, cm->sel, cm->opts, false, cm->started);
 		if (r < 0)
 			return ovl_ctl_error(ret_error, r, "io", NULL, "cannot write the commit journal");
 	}
@@ -1366,7 +1408,7 @@ static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 		 * of the data, and the data of a metacopy that is no change may
 		 * go (it is pruned): say so. Without the mark nothing was applied.
 		 */
-		r = ovl_journal_write(l->state_fd, cm->target_fd, cm->sel, cm->opts, true);
+		r = ovl_journal_write(l->state_fd, cm->target_fd, cm->sel, cm->opts, true, cm->started);
 		if (r < 0)
 			goto fail_noentry;
 		ovl_fault_point("journal-staged");
@@ -1474,7 +1516,7 @@ fail_noentry:
 }
 
 int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, const struct ovl_commit_opts *opts,
-                   unsigned flags, cJSON **ret_result, cJSON **ret_error)
+                   unsigned flags, const struct timespec *started, cJSON **ret_result, cJSON **ret_error)
 {
 	static const struct ovl_commit_opts defaults = { 0 };
 	_cleanup_(ovl_changes_freep) struct ovl_changes *changes = NULL;
@@ -1505,6 +1547,11 @@ int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, con
 
 	if (live)
 		live->quiesce(live->userdata, true);
+	/* before the changes are read: a host edit after this has a ctime from here on (the same clock, coarse) */
+	if (recovering && started)
+		cm.started = *started;
+	else if (!recovering)
+		(void)clock_gettime(CLOCK_REALTIME_COARSE, &cm.started);
 	/* a recovery may find the data of a metacopy already changed: it keeps the staged temp then */
 	r = ovl_diff_compute(env->layers, sel, OVL_DIFF_ORIGINS | OVL_DIFF_DATA | (recovering ? OVL_DIFF_LENIENT : 0), &changes,
 	                     ret_error);
@@ -1549,6 +1596,14 @@ int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, con
 				                       "(use force to overwrite)");
 				goto out;
 			}
+		}
+	} else if (!opts->force && cm.started.tv_sec != 0) {
+		check_recovery(&cm, &problems);
+		if (problems) {
+			r = commit_error_paths(ret_error, -EBUSY, "conflict", TAKE_PTR(problems),
+			                       "the workspace changed after the interrupted commit began (nothing done, journal "
+			                       "kept): move the edits away and recover again, or recover --force to overwrite them");
+			goto out;
 		}
 	}
 	if (opts->dry_run) {
@@ -1619,5 +1674,5 @@ int ovl_op_commit(const struct ovl_ctl_env *env, char *const *paths, const struc
 	r = ovl_sel_parse(paths, &sel, ret_error);
 	if (r < 0)
 		return r;
-	return ovl_commit_run(env, &sel, opts, 0, ret_result, ret_error);
+	return ovl_commit_run(env, &sel, opts, 0, NULL, ret_result, ret_error);
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -26,10 +27,12 @@ enum {
 };
 
 /*
- * Runs a commit of @sel. @flags: OVL_COMMIT_*. The caller holds the
+ * Runs a commit of @sel. @flags: OVL_COMMIT_*. @started: a recovery's
+ * journal's start time (NULL or {0, 0}: unknown, no recovery check), NULL
+ * for a new commit. The caller holds the
  * session lock (offline) or is the daemon; commit quiesces writers itself
  * when env->live is set. Returns 0 and *ret_result, or -errno and
  * *ret_error.
  */
 int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, const struct ovl_commit_opts *opts,
-                   unsigned flags, cJSON **ret_result, cJSON **ret_error);
+                   unsigned flags, const struct timespec *started, cJSON **ret_result, cJSON **ret_error);

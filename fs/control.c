@@ -137,11 +137,14 @@ static int dispatch(struct ovl_control *c, const cJSON *req, int passed_fd, cJSO
 		return ovl_op_invalidate(&c->env, paths, ret_result, ret_error);
 	if (strcmp(op, "commit") == 0 || strcmp(op, "discard") == 0 || strcmp(op, "recover") == 0) {
 		struct ovl_commit_opts o;
+		bool force = false;
 
 		if (op[0] == 'c') {
 			r = parse_commit_opts(req, &o, ret_error);
 			if (r < 0)
 				return r;
+		} else if (op[0] == 'r' && json_get_bool(req, "force", &force) == -EINVAL) {
+			return ovl_ctl_error(ret_error, -EINVAL, "invalid_argument", NULL, "'force' must be a boolean");
 		}
 		pthread_mutex_lock(&c->op_lock);
 		if (op[0] == 'c')
@@ -149,7 +152,7 @@ static int dispatch(struct ovl_control *c, const cJSON *req, int passed_fd, cJSO
 		else if (op[0] == 'd')
 			r = ovl_op_discard(&c->env, paths, ret_result, ret_error);
 		else
-			r = ovl_op_recover(&c->env, ret_result, ret_error);
+			r = ovl_op_recover(&c->env, force, ret_result, ret_error);
 		pthread_mutex_unlock(&c->op_lock);
 		return r;
 	}

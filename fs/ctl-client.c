@@ -317,7 +317,7 @@ int ovl_ctl_invalidate(struct ovl_ctl *c, char *const *paths, cJSON **ret_result
 	return ovl_proto_call(c->socket_path, req, -1, 0, ret_result, ret_error);
 }
 
-int ovl_ctl_recover(struct ovl_ctl *c, cJSON **ret_result, cJSON **ret_error)
+int ovl_ctl_recover(struct ovl_ctl *c, bool force, cJSON **ret_result, cJSON **ret_error)
 {
 	_cleanup_json_ cJSON *req = NULL;
 	int r;
@@ -328,11 +328,12 @@ int ovl_ctl_recover(struct ovl_ctl *c, cJSON **ret_result, cJSON **ret_error)
 		r = offline_locked(c, &lock, ret_error);
 		if (r < 0)
 			return r;
-		return ovl_op_recover(&c->env, ret_result, ret_error);
+		return ovl_op_recover(&c->env, force, ret_result, ret_error);
 	}
 	req = request("recover", NULL, ret_error);
 	if (!req)
 		return -ENOMEM;
+	cJSON_AddBoolToObject(req, "force", force);
 	return ovl_proto_call(c->socket_path, req, -1, 0, ret_result, ret_error);
 }
 

@@ -171,9 +171,12 @@ int ovl_ctl_invalidate(struct ovl_ctl *c, char *const *paths, cJSON **ret_result
 
 /*
  * Finishes an interrupted commit (the daemon also does this at start).
- * *ret_result: { "recovered": bool, "paths": N }.
+ * Refuses (code "conflict", "details" lists them) when a workspace entry
+ * the commit would replace or delete was changed after the commit began,
+ * unless @force; the journal stays then. *ret_result: { "recovered":
+ * bool, "paths": N }.
  */
-int ovl_ctl_recover(struct ovl_ctl *c, cJSON **ret_result, cJSON **ret_error);
+int ovl_ctl_recover(struct ovl_ctl *c, bool force, cJSON **ret_result, cJSON **ret_error);
 
 /*
  * Checks and normalizes one API path of @len bytes (which may contain NUL

@@ -36,7 +36,8 @@ static void usage(FILE *f, const char *verb)
 	        "       [options] [PATH...]\n"
 	        "PATHs are relative to the mount root (or absolute below MOUNTPOINT); a directory selects its subtree.\n"
 	        "diff:    --format json|patch|tar  --output FILE\n"
-	        "commit:  --force  --allow setid,special,xattrs  --owner workspace|preserve|UID:GID  --dry-run\n",
+	        "commit:  --force  --allow setid,special,xattrs  --owner workspace|preserve|UID:GID  --dry-run\n"
+	        "recover: --force (over workspace entries changed since the interrupted commit began)\n",
 	        verb);
 }
 
@@ -295,7 +296,7 @@ int ovl_ctl_main(int argc, char **argv)
 	} else if (strcmp(verb, "invalidate") == 0) {
 		r = ovl_ctl_invalidate(c, paths, &res, &err);
 	} else {
-		r = ovl_ctl_recover(c, &res, &err);
+		r = ovl_ctl_recover(c, arg_commit.force, &res, &err);
 	}
 	if (r < 0)
 		return print_error(r, err);

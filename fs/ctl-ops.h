@@ -19,7 +19,8 @@ int ovl_op_commit(const struct ovl_ctl_env *env, char *const *paths, const struc
 int ovl_op_discard(const struct ovl_ctl_env *env, char *const *paths, cJSON **ret_result, cJSON **ret_error);
 int ovl_op_status(const struct ovl_ctl_env *env, cJSON **ret_result, cJSON **ret_error);
 int ovl_op_invalidate(const struct ovl_ctl_env *env, char *const *paths, cJSON **ret_result, cJSON **ret_error);
-int ovl_op_recover(const struct ovl_ctl_env *env, cJSON **ret_result, cJSON **ret_error);
+/* @force: finish it over workspace entries changed since the commit began (else a conflict). */
+int ovl_op_recover(const struct ovl_ctl_env *env, bool force, cJSON **ret_result, cJSON **ret_error);
 
 /* Name of the format for replies ("json", "patch", "tar"). */
 const char *ovl_diff_format_to_string(enum ovl_diff_format f);

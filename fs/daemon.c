@@ -475,11 +475,9 @@ int ovl_daemon_main(int argc, char **argv)
 		.changed = ovl_live_changed,
 		.info = ovl_live_info,
 	};
-	r = ovl_journal_recover(&fs->layers);
-	if (r < 0) {
-		log_error_errno(r, "cannot recover the interrupted commit in '%s'", opt.workdir);
+	r = ovl_journal_recover(&fs->layers); /* logs its own error */
+	if (r < 0)
 		goto out;
-	}
 	/* Before the quota scan: a recovered fill gives the file its bytes. */
 	r = ovl_bgfill_recover(&fs->layers, opt.fsync);
 	if (r < 0) {

@@ -63,7 +63,7 @@ static const char *owner_to_string(enum ovl_commit_owner o)
 }
 
 int ovl_journal_write(int state_fd, int target_fd, const struct ovl_sel *sel, const struct ovl_commit_opts *opts,
-                      bool staged)
+                      bool staged, struct timespec started)
 {
 	_cleanup_json_ cJSON *j = cJSON_CreateObject();
 	_cleanup_cjson_str_ char *text = NULL;
@@ -87,6 +87,9 @@ int ovl_journal_write(int state_fd, int target_fd, const struct ovl_sel *sel, co
 	json_add_u64(j, "gid", opts->gid);
 	if (staged)
 		cJSON_AddBoolToObject(j, "staged", true);
+	/* two numbers: nanoseconds since the epoch do not fit a double exactly */
+	json_add_u64(j, "started_sec", (uint64_t)started.tv_sec);
+	json_add_u64(j, "started_nsec", (uint64_t)started.tv_nsec);
 	text = cJSON_PrintUnformatted(j);
 	if (!text)
 		return -ENOMEM;
@@ -107,7 +110,7 @@ int ovl_journal_write(int state_fd, int target_fd, const struct ovl_sel *sel, co
 }
 
 int ovl_journal_read(int state_fd, int target_fd, struct ovl_sel *ret_sel, struct ovl_commit_opts *ret_opts,
-                     bool *ret_staged)
+                     bool *ret_staged, struct timespec *ret_started)
 {
 	_cleanup_free_ char *text = NULL;
 	_cleanup_close_ int fd = -1;
@@ -115,7 +118,7 @@ int ovl_journal_read(int state_fd, int target_fd, struct ovl_sel *ret_sel, struc
 	_cleanup_strv_free_ char **paths = NULL;
 	struct ovl_commit_opts o = { 0 };
 	const char *owner = NULL;
-	int64_t dev, ino, uid = 0, gid = 0;
+	int64_t dev, ino, uid = 0, gid = 0, started_sec = 0, started_nsec = 0;
 	bool staged = false;
 	struct stat st;
 	size_t len;
@@ -143,19 +146,22 @@ int ovl_journal_read(int state_fd, int target_fd, struct ovl_sel *ret_sel, struc
 	(void)json_get_string(j, "owner", &owner);
 	(void)json_get_int64(j, "uid", 0, UINT32_MAX, &uid);
 	(void)json_get_int64(j, "gid", 0, UINT32_MAX, &gid);
-	if (json_get_bool(j, "staged", &staged) == -EINVAL)
+	if (json_get_bool(j, "staged", &staged) == -EINVAL ||
+	    json_get_int64(j, "started_sec", 0, INT64_MAX, &started_sec) == -EINVAL ||
+	    json_get_int64(j, "started_nsec", 0, 999999999, &started_nsec) == -EINVAL)
 		return -EUCLEAN;
 	o.owner = owner && strcmp(owner, "preserve") == 0 ? OVL_OWNER_PRESERVE
 	          : owner && strcmp(owner, "fixed") == 0  ? OVL_OWNER_FIXED
 	                                                  : OVL_OWNER_WORKSPACE;
 	o.uid = (uid_t)uid;
 	o.gid = (gid_t)gid;
-	o.force = o.allow_setid = o.allow_special = o.allow_xattrs = true;
+	o.allow_setid = o.allow_special = o.allow_xattrs = true;
 	r = ovl_sel_parse(paths, ret_sel, NULL);
 	if (r < 0)
 		return -EUCLEAN;
 	*ret_opts = o;
 	*ret_staged = staged;
+	*ret_started = (struct timespec){ .tv_sec = started_sec, .tv_nsec = started_nsec };
 	return 1;
 }
 
@@ -166,15 +172,16 @@ int ovl_journal_remove(int state_fd)
 	return ovl_fsync_dir(state_fd);
 }
 
-int ovl_op_recover(const struct ovl_ctl_env *env, cJSON **ret_result, cJSON **ret_error)
+int ovl_op_recover(const struct ovl_ctl_env *env, bool force, cJSON **ret_result, cJSON **ret_error)
 {
 	_cleanup_(ovl_sel_done) struct ovl_sel sel = { 0 };
 	_cleanup_json_ cJSON *res = NULL, *inner = NULL;
 	struct ovl_commit_opts opts;
+	struct timespec started = { 0 };
 	bool staged = false;
 	int r;
 
-	r = ovl_journal_read(env->layers->state_fd, env->layers->lower_fds[0], &sel, &opts, &staged);
+	r = ovl_journal_read(env->layers->state_fd, env->layers->lower_fds[0], &sel, &opts, &staged, &started);
 	if (r == -EUCLEAN)
 		return ovl_ctl_error(ret_error, r, "io", NULL,
 		                     "the commit journal in the state dir is unreadable or belongs to another target; "
@@ -199,8 +206,9 @@ int ovl_op_recover(const struct ovl_ctl_env *env, cJSON **ret_result, cJSON **re
 		cJSON_AddNumberToObject(res, "finalized", fin);
 	}
 	if (r > 0) {
-		r = ovl_commit_run(env, &sel, &opts, OVL_COMMIT_RECOVERING | (staged ? OVL_COMMIT_STAGED : 0), &inner,
-		                   ret_error);
+		opts.force = force;
+		r = ovl_commit_run(env, &sel, &opts, OVL_COMMIT_RECOVERING | (staged ? OVL_COMMIT_STAGED : 0), &started,
+		                   &inner, ret_error);
 		if (r < 0)
 			return r;
 		cJSON_AddItemToObject(res, "commit", TAKE_PTR(inner));
@@ -218,15 +226,31 @@ int ovl_journal_recover(const struct ovl_layers *layers)
 	const char *msg = NULL;
 	int r;
 
-
 	r = ovl_journal_pending(layers->state_fd);
-	if (r <= 0)
-		return r;
+	if (r < 0)
+		return log_error_errno(r, "cannot look for the journal of an interrupted commit");
+	if (r == 0)
+		return 0;
 	lock = ovl_ctl_take_lock(layers->state_fd, false);
 	if (lock < 0)
 		return log_error_errno(lock, "cannot lock the state dir to finish an interrupted commit");
-	r = ovl_op_recover(&env, &res, &err);
+	r = ovl_op_recover(&env, false, &res, &err);
 	if (r < 0) {
+		const cJSON *d, *details = err ? cJSON_GetObjectItemCaseSensitive(err, "details") : NULL;
+		int n = 0;
+
+		/* the paths first: the last line is the one a supervisor shows (draftboxd does) */
+		cJSON_ArrayForEach(d, details) {
+			const char *path = NULL, *why = NULL;
+
+			if (n++ == 20) {
+				log_error("(and more: 'draftfs recover' lists them all)");
+				break;
+			}
+			(void)json_get_string(d, "path", &path);
+			(void)json_get_string(d, "reason", &why);
+			log_error("%s: %s", path ?: "?", why ?: "");
+		}
 		if (err)
 			(void)json_get_string(err, "error", &msg);
 		return log_error_errno(r, "cannot finish the interrupted commit: %s", msg ?: "unknown error");

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -28,19 +29,23 @@ int ovl_journal_pending(int state_fd);
 /*
  * Writes the journal of a commit of @sel with @opts for target @target_fd
  * (identity recorded), durably, replacing the one there. @staged: every
- * temp of the commit is staged and synced. Returns 0 or -errno.
+ * temp of the commit is staged and synced. @started: when the commit began
+ * (CLOCK_REALTIME_COARSE, before its changes were read); a workspace entry
+ * with a later ctime was changed after the checks. Returns 0 or -errno.
  */
 int ovl_journal_write(int state_fd, int target_fd, const struct ovl_sel *sel, const struct ovl_commit_opts *opts,
-                      bool staged);
+                      bool staged, struct timespec started);
 
 /*
  * Reads the journal: *ret_sel gets the selection, *ret_opts the options
- * and *ret_staged the staged mark. Returns 1 when a journal was read, 0
+ * (force off, every allow flag on: the checks passed), *ret_staged the
+ * staged mark and *ret_started the start time ({0, 0} in a journal of a
+ * draftfs before it was recorded). Returns 1 when a journal was read, 0
  * when there is none, -EUCLEAN when it is unreadable or for another
  * target, or -errno.
  */
 int ovl_journal_read(int state_fd, int target_fd, struct ovl_sel *ret_sel, struct ovl_commit_opts *ret_opts,
-                     bool *ret_staged);
+                     bool *ret_staged, struct timespec *ret_started);
 
 /* Removes the journal durably. Returns 0 or -errno. */
 int ovl_journal_remove(int state_fd);

@@ -296,6 +296,8 @@ def test_live_bad_requests(live):
     assert not r["ok"] and "fd" in r["error"]["error"]
     r = call(b'{"op":"commit","paths":"x"}\n')
     assert not r["ok"] and r["error"]["code"] == "invalid_argument"
+    r = call(b'{"op":"recover","force":"yes"}\n')
+    assert not r["ok"] and r["error"]["code"] == "invalid_argument" and "boolean" in r["error"]["error"], r
     # an empty list is refused, not read as "everything"
     with open(os.path.join(m.mnt, "keep.txt"), "w") as f:
         f.write("mine\n")
@@ -385,6 +387,39 @@ def test_live_kill_during_commit_recovers_at_start(live):
     assert not os.path.exists(os.path.join(s.work, "draftfs", "commit.journal"))
     assert snapshot(m2.mnt) == want
     assert snapshot(s.lower) == want
+    assert m2.changes() == {}
+
+
+def test_live_start_refuses_a_recovery_over_host_edits(live):
+    """The daemon is killed mid-commit, then the host edits two paths of the commit: the next
+    start does not recover over them (it would delete README and replace src/f3). It exits
+    naming both, mounts nothing and changes nothing; 'recover --force' then finishes."""
+    s, start = live
+    populate(s.lower)
+    m = start(env={"DRAFTFS_FAULT": "exit:6"})
+    for i in range(8):
+        with open(os.path.join(m.mnt, "src/f%d" % i), "w") as f:
+            f.write("v2 %d\n" % i)
+    os.unlink(os.path.join(m.mnt, "README"))
+    want = snapshot(m.mnt)
+    assert m.run("commit", check=False).returncode != 0  # the daemon died under it
+    m.proc.wait(timeout=30)
+    assert m.proc.returncode == 99
+    umount(m.mnt)
+    for name in ("README", "src/f3"):
+        with open(os.path.join(s.lower, name), "w") as f:
+            f.write("host\n")
+    before = snapshot(s.lower)
+    opts = "lowerdir=%s,upperdir=%s,workdir=%s" % (s.lower, s.upper, s.work)
+    p = subprocess.run([draftfs_bin(), "-f", "-o", opts, s.mnt], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and not is_mounted(s.mnt), p
+    assert "README: changed in the workspace after the commit began; recovery would delete it" in p.stderr, p.stderr
+    assert "src/f3: changed in the workspace after the commit began; recovery would replace it" in p.stderr
+    assert snapshot(s.lower) == before
+    assert os.path.exists(os.path.join(s.work, "draftfs", "commit.journal"))
+    s.run("recover", "--force")
+    m2 = start()
+    assert snapshot(m2.mnt) == want and snapshot(s.lower) == want
     assert m2.changes() == {}
 
 

@@ -105,3 +105,52 @@ def test_kill_twice_during_recovery():
         assert s.changes() == {}
     finally:
         s.close()
+
+
+def host_edits_after_kill(low):
+    """What the host does after the kill: a file where the session created one, and a new file in a
+    directory the session deleted (made again if the commit had deleted it already)."""
+    with open(os.path.join(low, "d/e/added"), "w") as f:
+        f.write("host\n")
+    os.makedirs(os.path.join(low, "olddir/x"), exist_ok=True)
+    with open(os.path.join(low, "olddir/x/host.txt"), "w") as f:
+        f.write("host\n")
+
+
+def test_recovery_refuses_to_overwrite_host_edits_made_after_the_kill():
+    """A kill at each step, then host edits at paths of the commit: recovery without force
+    changes nothing and names each of them that the upper still holds a change of (both,
+    through the 'applied' step); --force then finishes the commit over those, and a host
+    edit at a path the upper has let go of stays in any case."""
+    names = steps_of(fresh)
+    last_full = names.index("applied") + 1
+    host = ["d/e/added", "olddir/x/host.txt"]
+    for n in range(1, len(names) + 1):
+        s = fresh()
+        try:
+            want = s.view()
+            kill_at(s, n)
+            host_edits_after_kill(s.lower)
+            before = snapshot(s.lower)
+            p = s.run("recover", check=False)
+            named = [h for h in host if "\n  %s: changed in the workspace after the commit began" % h in p.stderr]
+            if n <= last_full:
+                assert named == host, (n, names[n - 1], p.returncode, p.stderr)
+            if named:
+                assert p.returncode == 3, (n, p.returncode, p.stderr)
+                assert "recover --force" in p.stderr
+                assert snapshot(s.lower) == before, "a refused recovery changes nothing (step %d)" % n
+                assert json.loads(s.run("status").stdout)["journal"] == "pending"
+                s.run("recover", "--force")
+            else:
+                assert p.returncode == 0, (n, p.stderr)
+            got = snapshot(s.lower)
+            for h in host:
+                if h not in named:
+                    assert got[h] == ("file", 0o644, b"host\n"), "lost host edit %s (step %d)" % (h, n)
+            if n <= last_full:
+                assert got == want, "step %d" % n
+            assert s.view() == got and s.changes() == {}, "step %d" % n
+            assert json.loads(s.run("status").stdout)["journal"] == "none"
+        finally:
+            s.close()
