@@ -92,6 +92,10 @@ struct commit {
 	bool recovering; /* temps of an earlier try may be around */
 	bool keep_mc_temps; /* recovering a staged commit: the temps of metacopies are the data */
 	struct timespec started; /* when the commit began (its journal keeps it), coarse realtime */
+	bool guard;   /* apply destroys nothing of the host's made since the checks (not with force or in recovery) */
+	bool applied; /* apply has changed the workspace */
+	struct ovl_inoset relinked; /* workspace inodes whose link count apply changed (their ctime moved) */
+	char *changed_at; /* where the guard found a host edit */
 	/*
 	 * The target directory each staged entry was written into, kept open
 	 * until its rename: apply renames within the very directory that was
@@ -209,12 +213,6 @@ static const struct ovl_change *shadowing_ancestor(const struct ovl_changes *c, 
 		if (c->v[j].own_upper && ovl_path_has_prefix(c->v[i].path, c->v[j].path))
 			return &c->v[j];
 	return NULL;
-}
-
-/* a at or after b: file system timestamps are coarse (a clock tick), so "same tick" counts as after */
-static bool ts_not_before(struct timespec a, struct timespec b)
-{
-	return a.tv_sec > b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec >= b.tv_nsec);
 }
 
 struct ino_key {
@@ -340,7 +338,7 @@ static void check_conflicts(struct commit *cm, cJSON **list)
 			/* Inside a deleted or replaced directory: changed since the session deleted it? */
 			const struct ovl_change *a = shadowing_ancestor(c, i);
 
-			if (a && a->has_origin && ts_not_before(e->old.ctime, a->new.ctime))
+			if (a && a->has_origin && ovl_ts_not_before(e->old.ctime, a->new.ctime))
 				add_detail(list, e->path, "deleted in the session but changed in the workspace");
 		}
 	}
@@ -865,6 +863,74 @@ static int stage_entry(struct commit *cm, const struct ovl_change *e)
 	return 0;
 }
 
+/* Does the workspace entry @st still look as the change list read it (@e->old)? */
+static bool target_unchanged(const struct ovl_change *e, const struct stat *st, const struct ovl_inoset *relinked)
+{
+	if (st->st_dev != e->old.dev || st->st_ino != e->old.ino || (st->st_mode & S_IFMT) != (e->old.mode & S_IFMT))
+		return false;
+	if (S_ISDIR(st->st_mode) && e->new_type == OVL_FT_DIR)
+		/* it holds staged temps or new entries now: its times moved with them */
+		return st->st_mode == e->old.mode && st->st_uid == e->old.uid && st->st_gid == e->old.gid;
+	if (!S_ISDIR(st->st_mode) && st->st_size != e->old.size)
+		return false; /* a dir's size is not kept (0) */
+	if (st->st_mtim.tv_sec != e->old.mtime.tv_sec || st->st_mtim.tv_nsec != e->old.mtime.tv_nsec)
+		return false;
+	if (!S_ISDIR(st->st_mode) && (st->st_nlink > 1 || ovl_inoset_has(relinked, st->st_dev, st->st_ino)))
+		return true; /* its ctime moves with its link count: the commit's own rename over another name does it */
+	return st->st_ctim.tv_sec == e->old.ctime.tv_sec && st->st_ctim.tv_nsec == e->old.ctime.tv_nsec;
+}
+
+/* The guard found what the host made at @path since the checks: -EBUSY, and where. */
+static int guard_tripped(struct commit *cm, const char *path)
+{
+	free(cm->changed_at);
+	cm->changed_at = strdup(path);
+	return cm->changed_at ? -EBUSY : -ENOMEM;
+}
+
+/*
+ * The apply phase's guard, before the commit puts its entry at @name in
+ * @dfd (change @e): what stands there must be what the change list read
+ * (e->old), or nothing (no data to lose there): else -EBUSY.
+ * @dir_ok: a directory passes too, for a staged directory's rename, which
+ * replaces only an empty one (the caller turns ENOTEMPTY into the guard's
+ * -EBUSY).
+ */
+static int guard_replace(struct commit *cm, const struct ovl_change *e, int dfd, const char *name, bool dir_ok)
+{
+	struct stat st;
+
+	if (!cm->guard)
+		return 0;
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (e->old_type != OVL_FT_NONE && e->old_layer == 0 && target_unchanged(e, &st, &cm->relinked))
+		/* it goes: a file with more names keeps them, with a ctime that moved */
+		return S_ISDIR(st.st_mode) || st.st_nlink < 2 ? 0 : ovl_inoset_add(&cm->relinked, st.st_dev, st.st_ino);
+	if (dir_ok && S_ISDIR(st.st_mode))
+		return 0;
+	return guard_tripped(cm, e->path);
+}
+
+/* Removes @name in @dfd (the old entry of @e, a deletion or what a new entry replaces): guarded, it stops at a host edit. */
+static int remove_old(struct commit *cm, const struct ovl_change *e, int dfd, const char *name)
+{
+	_cleanup_free_ char *below = NULL, *at = NULL;
+	bool removed = false;
+	int r;
+
+	if (!cm->guard) {
+		cm->applied = true;
+		return ovl_rm_rf_at(dfd, name, 0);
+	}
+	r = ovl_rm_rf_unchanged_at(dfd, name, cm->started, &cm->relinked, &removed, &below);
+	cm->applied = cm->applied || removed;
+	if (r != -EBUSY)
+		return r;
+	at = *below ? ovl_path_join(e->path, below) : strdup(e->path);
+	return at ? guard_tripped(cm, at) : -ENOMEM;
+}
+
 /*
  * Moves the directory staged as @tmp (the target had no directory at
  * @name when the changes were read: a new one, or one replacing a
@@ -872,10 +938,12 @@ static int stage_entry(struct commit *cm, const struct ovl_change *e)
  * rename replaces nothing or an empty directory; a non-directory is
  * removed first. A directory with entries that appeared since the changes
  * were read is not merged into: the commit fails there (-ENOTEMPTY) with
- * the journal, the staged directory and the upper intact. Returns 0 or
+ * the journal, the staged directory and the upper intact. Guarded
+ * (cm->guard), a non-directory goes only if it is the one the change list
+ * read, and a directory with entries is the guard's conflict. Returns 0 or
  * -errno.
  */
-static int place_staged_dir(struct commit *cm, int dfd, const char *tmp, const char *name)
+static int place_staged_dir(struct commit *cm, const struct ovl_change *e, int dfd, const char *tmp, const char *name)
 {
 	int fd = fcntl(dfd, F_DUPFD_CLOEXEC, 3), r = -EAGAIN;
 
@@ -884,13 +952,21 @@ static int place_staged_dir(struct commit *cm, int dfd, const char *tmp, const c
 	cache_drop(cm);
 	/* A few rounds: whatever stands at @name can change between our calls. */
 	for (int round = 0; round < 4 && r == -EAGAIN; round++) {
+		r = guard_replace(cm, e, fd, name, true);
+		if (r < 0)
+			break;
+		r = -EAGAIN;
 		if (renameat(fd, tmp, fd, name) == 0) {
 			r = 0;
+			cm->applied = true;
 		} else if (errno == ENOTDIR) {
 			/* a non-directory at @name: it goes, then the staged directory comes */
 			if (unlinkat(fd, name, 0) < 0 && errno != ENOENT && errno != EISDIR)
 				r = -errno;
+			cm->applied = true;
 			ovl_fault_point("unlink-for-dir");
+		} else if (cm->guard && (errno == EEXIST || errno == ENOTEMPTY)) {
+			r = guard_tripped(cm, e->path);
 		} else {
 			r = errno == EEXIST ? -ENOTEMPTY : -errno;
 		}
@@ -944,21 +1020,6 @@ static int entry_dir(struct commit *cm, size_t idx, const char *dir, bool create
 	return target_dir(cm, dir, create);
 }
 
-/* Does the workspace entry @st still look as the change list read it (@e->old)? */
-static bool target_unchanged(const struct ovl_change *e, const struct stat *st)
-{
-	if (st->st_dev != e->old.dev || st->st_ino != e->old.ino || (st->st_mode & S_IFMT) != (e->old.mode & S_IFMT))
-		return false;
-	if (S_ISDIR(st->st_mode) && e->new_type == OVL_FT_DIR)
-		/* it holds staged temps or new entries now: its times moved with them */
-		return st->st_mode == e->old.mode && st->st_uid == e->old.uid && st->st_gid == e->old.gid;
-	if (!S_ISDIR(st->st_mode) && st->st_size != e->old.size)
-		return false; /* a dir's size is not kept (0) */
-	return st->st_mtim.tv_sec == e->old.mtime.tv_sec &&
-	       st->st_mtim.tv_nsec == e->old.mtime.tv_nsec && st->st_ctim.tv_sec == e->old.ctime.tv_sec &&
-	       st->st_ctim.tv_nsec == e->old.ctime.tv_nsec;
-}
-
 /*
  * The check once more, after staging and its syncfs (the long part: all the
  * data is copied and flushed there) and before anything is applied: every
@@ -1004,7 +1065,7 @@ static void recheck_target(struct commit *cm, cJSON **list)
 		}
 		if (!had)
 			add_detail(list, e->path, "created in the workspace during the commit");
-		else if (!target_unchanged(e, &st))
+		else if (!target_unchanged(e, &st, &cm->relinked))
 			add_detail(list, e->path, "changed in the workspace during the commit");
 	}
 }
@@ -1042,12 +1103,24 @@ static void check_recovery(struct commit *cm, cJSON **list)
 
 		if (e->old_type == OVL_FT_NONE || e->old_layer != 0 || e->old_type == OVL_FT_DIR)
 			continue;
-		if (!ts_not_before(e->old.ctime, cm->started) || is_committed_entry(e))
+		if (!ovl_ts_not_before(e->old.ctime, cm->started) || is_committed_entry(e))
 			continue;
 		add_detail(list, e->path,
 		           e->new_type == OVL_FT_NONE ? "changed in the workspace after the commit began; recovery would delete it"
 		                                      : "changed in the workspace after the commit began; recovery would replace it");
 	}
+}
+
+/* renameat(), or with @noreplace renameat2(RENAME_NOREPLACE) (renameat() where the file system lacks it). */
+static int rename_into(int dfd, const char *tmp, const char *name, bool noreplace)
+{
+	if (noreplace) {
+		if (renameat2(dfd, tmp, dfd, name, RENAME_NOREPLACE) == 0)
+			return 0;
+		if (errno != EINVAL)
+			return -errno;
+	}
+	return renameat(dfd, tmp, dfd, name) < 0 ? -errno : 0;
 }
 
 static int apply_entry(struct commit *cm, const struct ovl_change *e, size_t idx)
@@ -1069,7 +1142,7 @@ static int apply_entry(struct commit *cm, const struct ovl_change *e, size_t idx
 	if (dfd < 0)
 		return dfd;
 	if (e->new_type == OVL_FT_NONE) {
-		r = ovl_rm_rf_at(dfd, name, 0);
+		r = remove_old(cm, e, dfd, name);
 		cache_drop(cm);
 		if (r < 0)
 			return r;
@@ -1079,7 +1152,7 @@ static int apply_entry(struct commit *cm, const struct ovl_change *e, size_t idx
 	if (e->new_type == OVL_FT_DIR) {
 		tmp_name(tmp, e->path);
 		if (fstatat(dfd, tmp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
-			r = place_staged_dir(cm, dfd, tmp, name);
+			r = place_staged_dir(cm, e, dfd, tmp, name);
 			if (r < 0)
 				return r;
 			for (size_t i = 0; i < cm->n_remap; i++)
@@ -1100,10 +1173,13 @@ static int apply_entry(struct commit *cm, const struct ovl_change *e, size_t idx
 				return errno == ELOOP ? -ENOTDIR : -errno;
 			if (fstat(fd, &st) < 0)
 				return -errno;
+			if (cm->guard && !target_unchanged(e, &st, &cm->relinked))
+				return guard_tripped(cm, e->path); /* the host's mode or owner would be replaced */
 			upfd = upper_parent(cm, e->path, &uname);
 			if (upfd < 0)
 				return upfd;
 			owner_for(cm, &st, &e->new, &uid, &gid);
+			cm->applied = true;
 			r = dir_set_meta(cm, e, upfd, uname, fd, uid, gid);
 			if (r < 0)
 				return r;
@@ -1113,25 +1189,35 @@ static int apply_entry(struct commit *cm, const struct ovl_change *e, size_t idx
 	}
 	tmp_name(tmp, e->path);
 	if (e->old_type != OVL_FT_DIR || e->old_layer != 0) {
-		if (renameat(dfd, tmp, dfd, name) == 0) {
+		bool fresh = e->old_type == OVL_FT_NONE || e->old_layer != 0;
+
+		r = fresh ? 0 : guard_replace(cm, e, dfd, name, false);
+		if (r < 0)
+			return r;
+		/* guarded, a new name is taken only while it is still free: a file the host made there stays */
+		r = rename_into(dfd, tmp, name, cm->guard && fresh);
+		if (r == 0) {
+			cm->applied = true;
 			ovl_fault_point("rename");
 			return 0;
 		}
-		if (errno == ENOENT)
+		if (r == -ENOENT)
 			return 0; /* already renamed (recovery) */
+		if (r == -EEXIST && cm->guard && fresh)
+			return guard_tripped(cm, e->path);
 		/*
 		 * A directory took the name since the changes were read (they
 		 * had no layer-0 dir there): stop with the journal, as for a
 		 * staged dir, instead of deleting what is not ours.
 		 */
-		if (errno == EISDIR || errno == ENOTEMPTY || errno == EEXIST)
+		if (r == -EISDIR || r == -ENOTEMPTY || r == -EEXIST)
 			return -EISDIR;
-		return -errno;
+		return r;
 	}
 	if (fstatat(dfd, tmp, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : -errno; /* already renamed (recovery) */
 	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
-		r = ovl_rm_rf_at(dfd, name, 0);
+		r = remove_old(cm, e, dfd, name);
 		if (r < 0)
 			return r;
 		/* the cache may point into what was removed; dfd stays valid until the next target_dir() */
@@ -1139,17 +1225,21 @@ static int apply_entry(struct commit *cm, const struct ovl_change *e, size_t idx
 		if (dfd < 0)
 			return -errno;
 		cache_drop(cm);
-		if (renameat(dfd, tmp, dfd, name) < 0) {
-			r = -errno;
-			safe_close(dfd);
-			return r;
-		}
+		r = rename_into(dfd, tmp, name, cm->guard);
 		safe_close(dfd);
+		if (r == -EEXIST && cm->guard)
+			return guard_tripped(cm, e->path);
+		if (r < 0)
+			return r;
 		ovl_fault_point("rename");
 		return 0;
 	}
+	r = guard_replace(cm, e, dfd, name, false);
+	if (r < 0)
+		return r;
 	if (renameat(dfd, tmp, dfd, name) < 0)
 		return -errno;
+	cm->applied = true;
 	ovl_fault_point("rename");
 	return 0;
 }
@@ -1413,10 +1503,18 @@ static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 			goto fail_noentry;
 		ovl_fault_point("journal-staged");
 	}
+	cm->guard = !recovering && !cm->opts->force;
 	for (i = 0; i < cm->changes->n; i++) {
 		const struct ovl_change *e = &cm->changes->v[i];
 
 		r = apply_entry(cm, e, i);
+		if (r < 0 && cm->changed_at && !cm->applied) {
+			/* a host edit met before anything was applied: undone like a late conflict */
+			add_detail(&cm->late, cm->changed_at, "changed in the workspace during the commit");
+			i = cm->changes->n - 1;
+			r = -EBUSY;
+			goto fail_staging;
+		}
 		if (r < 0)
 			goto fail;
 		cJSON_AddItemToArray(cm->committed, cJSON_CreateString(e->path));
@@ -1507,12 +1605,44 @@ fail_staging:
 		                     at);
 	}
 fail:
+	if (cm->changed_at) {
+		cJSON *d = NULL;
+
+		add_detail(&d, cm->changed_at, "changed in the workspace during the commit");
+		return commit_error_paths(ret_error, -EBUSY, "conflict", d,
+		                          "the workspace changed during the commit, which stopped there with part of it "
+		                          "applied and its journal kept: move the edit away and run 'draftfs recover', "
+		                          "or 'draftfs recover --force' over it");
+	}
 	return ovl_ctl_error(ret_error, r, "io", NULL,
 	                     "commit failed at '%s'; the journal was kept, run 'draftfs recover' once the cause is fixed",
 	                     cm->changes->v[i].path);
 fail_noentry:
 	return ovl_ctl_error(ret_error, r, "io", NULL,
 	                     "commit failed; the journal was kept, run 'draftfs recover' once the cause is fixed");
+}
+
+/*
+ * When a commit begins, before its changes are read: the next tick of the
+ * coarse realtime clock (file timestamps come from it, or from the fine
+ * clock never behind it), waited for. An entry changed from then on has a
+ * ctime not before it; one changed before has an older ctime but for an
+ * edit made between the tick and the wake-up (microseconds), where a
+ * ctime in the tick itself would leave a commit that starts right after
+ * an edit unable to tell that edit from a later one (up to a tick, 4 ms).
+ */
+static struct timespec start_time(void)
+{
+	struct timespec t0, t;
+
+	(void)clock_gettime(CLOCK_REALTIME_COARSE, &t0);
+	for (int i = 0; i < 2000; i++) {
+		(void)nanosleep(&(struct timespec){ .tv_nsec = 20000 }, NULL);
+		(void)clock_gettime(CLOCK_REALTIME_COARSE, &t);
+		if (t.tv_sec != t0.tv_sec || t.tv_nsec != t0.tv_nsec)
+			return t;
+	}
+	return t; /* 40 ms without a tick: a clock that does not move the coarse way */
 }
 
 int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, const struct ovl_commit_opts *opts,
@@ -1547,11 +1677,10 @@ int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, con
 
 	if (live)
 		live->quiesce(live->userdata, true);
-	/* before the changes are read: a host edit after this has a ctime from here on (the same clock, coarse) */
 	if (recovering && started)
 		cm.started = *started;
 	else if (!recovering)
-		(void)clock_gettime(CLOCK_REALTIME_COARSE, &cm.started);
+		cm.started = start_time();
 	/* a recovery may find the data of a metacopy already changed: it keeps the staged temp then */
 	r = ovl_diff_compute(env->layers, sel, OVL_DIFF_ORIGINS | OVL_DIFF_DATA | (recovering ? OVL_DIFF_LENIENT : 0), &changes,
 	                     ret_error);
@@ -1640,6 +1769,8 @@ out:
 	ovl_changes_free(cm.all_changes);
 	cJSON_Delete(cm.refused);
 	cJSON_Delete(cm.late);
+	free(cm.changed_at);
+	ovl_inoset_done(&cm.relinked);
 	for (size_t i = 0; i < cm.n_created; i++)
 		free(cm.created[i].path);
 	free(cm.created);

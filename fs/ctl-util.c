@@ -414,8 +414,83 @@ void ovl_fault_point(const char *what)
 	}
 }
 
-/* Removes @name in @dir_fd and everything below it, never following a symlink. */
-int ovl_rm_rf_at(int dir_fd, const char *name, unsigned depth)
+bool ovl_ts_not_before(struct timespec a, struct timespec b)
+{
+	return a.tv_sec > b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec >= b.tv_nsec);
+}
+
+static size_t inoset_slot(const struct ovl_inoset *s, dev_t dev, ino_t ino)
+{
+	uint64_t h = ((uint64_t)ino * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)dev * 0xc2b2ae3d27d4eb4full);
+	size_t i = (size_t)(h ^ (h >> 29)) & (s->cap - 1);
+
+	while (s->v[i].ino != 0 && (s->v[i].ino != ino || s->v[i].dev != dev))
+		i = (i + 1) & (s->cap - 1);
+	return i;
+}
+
+int ovl_inoset_add(struct ovl_inoset *s, dev_t dev, ino_t ino)
+{
+	size_t i;
+
+	if (ino == 0)
+		return -EINVAL;
+	if ((s->n + 1) * 2 > s->cap) {
+		struct ovl_inoset g = { .cap = s->cap ? s->cap * 2 : 64 };
+
+		g.v = calloc(g.cap, sizeof(*g.v));
+		if (!g.v)
+			return -ENOMEM;
+		for (size_t j = 0; j < s->cap; j++)
+			if (s->v[j].ino != 0)
+				g.v[inoset_slot(&g, s->v[j].dev, s->v[j].ino)] = s->v[j];
+		g.n = s->n;
+		free(s->v);
+		*s = g;
+	}
+	i = inoset_slot(s, dev, ino);
+	if (s->v[i].ino == 0) {
+		s->v[i].dev = dev;
+		s->v[i].ino = ino;
+		s->n++;
+	}
+	return 0;
+}
+
+bool ovl_inoset_has(const struct ovl_inoset *s, dev_t dev, ino_t ino)
+{
+	return s->cap > 0 && ino != 0 && s->v[inoset_slot(s, dev, ino)].ino != 0;
+}
+
+void ovl_inoset_done(struct ovl_inoset *s)
+{
+	free(s->v);
+	*s = (struct ovl_inoset){ 0 };
+}
+
+bool ovl_changed_since(const struct stat *st, struct timespec since, const struct ovl_inoset *relinked)
+{
+	if (!S_ISDIR(st->st_mode) && (st->st_nlink > 1 || (relinked && ovl_inoset_has(relinked, st->st_dev, st->st_ino))))
+		return ovl_ts_not_before(st->st_mtim, since);
+	return ovl_ts_not_before(st->st_ctim, since);
+}
+
+struct rm_rf {
+	const struct timespec *since; /* NULL: remove everything */
+	struct ovl_inoset *relinked;
+	bool removed;
+	char *changed; /* the path below the top of the first changed entry */
+};
+
+/* Sets rm->changed to @parent/@name (@parent NULL at the top). */
+static int rm_rf_changed(struct rm_rf *rm, const char *parent, const char *name)
+{
+	rm->changed = parent ? (*parent ? ovl_path_join(parent, name) : strdup(name)) : strdup("");
+	return rm->changed ? -EBUSY : -ENOMEM;
+}
+
+/* @path: of @name below the top ("" for its entries; NULL for the top itself) */
+static int rm_rf(struct rm_rf *rm, int dir_fd, const char *name, const char *path, unsigned depth)
 {
 	struct stat st;
 
@@ -423,11 +498,19 @@ int ovl_rm_rf_at(int dir_fd, const char *name, unsigned depth)
 		return -ELOOP;
 	if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : -errno;
+	if (rm->since && ovl_changed_since(&st, *rm->since, rm->relinked))
+		return rm_rf_changed(rm, path, name);
 	if (S_ISDIR(st.st_mode)) {
 		_cleanup_closedir_ DIR *d = NULL;
+		_cleanup_free_ char *below = NULL;
 		struct dirent *de;
 		int fd;
 
+		if (rm->since) {
+			below = path ? (*path ? ovl_path_join(path, name) : strdup(name)) : strdup("");
+			if (!below)
+				return -ENOMEM;
+		}
 		fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0)
 			return errno == ENOENT ? 0 : -errno;
@@ -441,17 +524,46 @@ int ovl_rm_rf_at(int dir_fd, const char *name, unsigned depth)
 
 			if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 				continue;
-			r = ovl_rm_rf_at(dirfd(d), de->d_name, depth + 1);
+			r = rm_rf(rm, dirfd(d), de->d_name, below, depth + 1);
 			if (r < 0)
 				return r;
 		}
 		if (unlinkat(dir_fd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
 			return -errno;
+		rm->removed = true;
 		return 0;
+	}
+	if (rm->relinked && st.st_nlink > 1) {
+		int r = ovl_inoset_add(rm->relinked, st.st_dev, st.st_ino);
+
+		if (r < 0)
+			return r;
 	}
 	if (unlinkat(dir_fd, name, 0) < 0 && errno != ENOENT)
 		return -errno;
+	rm->removed = true;
 	return 0;
+}
+
+/* Removes @name in @dir_fd and everything below it, never following a symlink. */
+int ovl_rm_rf_at(int dir_fd, const char *name, unsigned depth)
+{
+	struct rm_rf rm = { 0 };
+
+	return rm_rf(&rm, dir_fd, name, NULL, depth);
+}
+
+int ovl_rm_rf_unchanged_at(int dir_fd, const char *name, struct timespec since, struct ovl_inoset *relinked,
+                           bool *ret_removed, char **ret_changed)
+{
+	struct rm_rf rm = { .since = &since, .relinked = relinked };
+	int r = rm_rf(&rm, dir_fd, name, NULL, 0);
+
+	*ret_removed = rm.removed;
+	if (ret_changed)
+		*ret_changed = TAKE_PTR(rm.changed);
+	free(rm.changed);
+	return r;
 }
 
 

@@ -125,6 +125,39 @@ int ovl_copy_fd(int in_fd, int out_fd, uint64_t size);
 /* Removes @name in @dir_fd and everything below it, never following a symlink. 0 if it is already gone, or -errno. */
 int ovl_rm_rf_at(int dir_fd, const char *name, unsigned depth);
 
+/* @a at or after @b: file system timestamps are coarse (a clock tick), so "same tick" counts as after. */
+bool ovl_ts_not_before(struct timespec a, struct timespec b);
+
+/* A set of inodes (device, inode number). Zero-initialized: empty. */
+struct ovl_inoset {
+	struct { dev_t dev; ino_t ino; } *v; /* open addressing; ino 0: a free slot */
+	size_t n, cap;
+};
+int ovl_inoset_add(struct ovl_inoset *s, dev_t dev, ino_t ino);
+bool ovl_inoset_has(const struct ovl_inoset *s, dev_t dev, ino_t ino);
+void ovl_inoset_done(struct ovl_inoset *s);
+
+/*
+ * An entry changed at or after @since: its ctime is not before it. For a
+ * non-directory with more than one link, or in @relinked (the inodes whose
+ * link count the caller changed), its mtime: the ctime moves with the link
+ * count, which the caller's own unlink or rename over another name of it
+ * changes.
+ */
+bool ovl_changed_since(const struct stat *st, struct timespec since, const struct ovl_inoset *relinked);
+
+/*
+ * ovl_rm_rf_at(), but each entry is looked at before it goes: at the first
+ * one changed since @since (ovl_changed_since(); a directory before its
+ * entries) it stops with -EBUSY, leaving that entry and what was not
+ * reached yet. Each file unlinked while it had more links goes into
+ * @relinked. *ret_removed tells whether anything was removed (on -EBUSY
+ * too); @ret_changed, if not NULL, gets the path of the changed entry
+ * below @name ("" for @name itself; free it).
+ */
+int ovl_rm_rf_unchanged_at(int dir_fd, const char *name, struct timespec since, struct ovl_inoset *relinked,
+                           bool *ret_removed, char **ret_changed);
+
 /*
  * Moves @name of @dir_fd (an upper entry) into the trash dir "trash" of
  * state dir @state_fd, which must be on the same file system: removing a

@@ -228,11 +228,11 @@ def kill_at(s, n, *args, verb="commit"):
     assert p.returncode == 99, (verb, n, p.returncode, p.stderr)
 
 
-def commit_paused_at(s, n, ready, what):
-    """Starts 'draftfs commit' on @s pausing 1.5 s at its n-th fault point; returns the process once
+def commit_paused_at(s, n, ready, what, *args):
+    """Starts 'draftfs commit ARGS' on @s pausing 1.5 s at its n-th fault point; returns the process once
     ready() holds and the pause has run 0.2 s (inside it). @what names the point for the error."""
     env = dict(os.environ, DRAFTFS_FAULT="pause:%d:1500" % n)
-    p = subprocess.Popen([draftfs_bin(), "commit"] + s.args(), env=env, stdout=subprocess.PIPE,
+    p = subprocess.Popen([draftfs_bin(), "commit"] + s.args() + list(args), env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
     deadline = time.time() + 10
     while not ready():

@@ -490,10 +490,10 @@ def _dir_over_file():
     return s
 
 
-def _commit_paused_at(s, meanwhile, make=None, point="staged"):
-    """Runs a commit that pauses at the fault point @point (default: once staged and checked again);
-    calls meanwhile() while it waits; returns the finished process. make() builds a session like @s, to
-    count the steps on (default: _dir_over_file)."""
+def _commit_paused_at(s, meanwhile, make=None, point="staged", args=()):
+    """Runs a commit (with @args) that pauses at the fault point @point (default: once staged and
+    checked again); calls meanwhile() while it waits; returns the finished process. make() builds a
+    session like @s, to count the steps on (default: _dir_over_file)."""
     steps = steps_of(make or _dir_over_file)
     assert point in steps, "no %r fault point in a commit" % point
     journal = os.path.join(s.work, "draftfs", "commit.journal")
@@ -501,7 +501,7 @@ def _commit_paused_at(s, meanwhile, make=None, point="staged"):
     def ready():
         staged = [n for n in os.listdir(s.lower) if n.startswith(".#draftfs.")]
         return os.path.exists(journal) and (point != "staged" or staged)
-    p = commit_paused_at(s, steps.index(point) + 1, ready, repr(point))
+    p = commit_paused_at(s, steps.index(point) + 1, ready, repr(point), *args)
     meanwhile()
     out, err = p.communicate(timeout=60)
     return p.returncode, out.decode(), err.decode()
@@ -530,17 +530,35 @@ def test_staged_dir_lands_whatever_took_the_name():
 
 
 def test_staged_dir_never_merges_into_a_foreign_dir():
-    """If a directory with entries took the name meanwhile, the commit stops there with its journal: the
+    """If a directory with entries took the name once the commit was staged and checked: a conflict,
+    nothing applied (_apply_guard_refused). With force, the commit stops there with its journal: the
     foreign directory is untouched, the change is still in the upper, and once the name is free again
     'draftfs recover' finishes the commit."""
     s = _dir_over_file()
     try:
         rc, out, err = _commit_paused_at(s, lambda: _foreign_dir(s, "sub", "foreign"))
+        _apply_guard_refused(s, rc, err, "sub")
+        assert sorted(os.listdir(os.path.join(s.lower, "sub"))) == ["foreign"]
+    finally:
+        s.close()
+    s = _dir_over_file()
+    try:
+        rc, out, err = _commit_paused_at(s, lambda: _foreign_dir(s, "sub", "foreign"), args=["--force"])
         assert rc != 0 and "sub" in err, (rc, err)
         assert sorted(os.listdir(os.path.join(s.lower, "sub"))) == ["foreign"]
         _recover_once_freed(s, "sub", {"sub/a": "new a\n", "sub/b": "new b\n"})
     finally:
         s.close()
+
+
+def _apply_guard_refused(s, rc, err, path):
+    """The commit met the host's edit at @path before it had applied anything: a conflict naming it,
+    undone (no journal, no temp), the session's changes still all in the upper."""
+    assert rc == 3 and err.endswith(": '%s'\n  %s: changed in the workspace during the commit\n" % (path, path)), \
+        (rc, err)
+    assert json.loads(s.run("status").stdout)["journal"] == "none"
+    assert not [n for n in os.listdir(s.lower) if n.startswith(".#draftfs.")]
+    assert s.changes()
 
 
 def _foreign_dir(s, name, entry):
@@ -577,12 +595,22 @@ def _file_modified():
 
 
 def test_staged_file_never_replaces_a_foreign_dir():
-    """The session changed the file f; if a directory with entries took the name while the commit
-    was staging, the commit stops there with its journal instead of deleting that directory, and
-    once the name is free again 'draftfs recover' finishes the commit."""
+    """The session changed the file f; if a directory with entries took the name once the commit was
+    staged and checked: a conflict, nothing applied. With force, the commit stops there with its
+    journal instead of deleting that directory, and once the name is free again 'draftfs recover'
+    finishes the commit."""
     s = _file_modified()
     try:
         rc, out, err = _commit_paused_at(s, lambda: _foreign_dir(s, "f", "important"), make=_file_modified)
+        _apply_guard_refused(s, rc, err, "f")
+        with open(os.path.join(s.lower, "f", "important")) as f:
+            assert f.read() == "not ours\n"
+    finally:
+        s.close()
+    s = _file_modified()
+    try:
+        rc, out, err = _commit_paused_at(s, lambda: _foreign_dir(s, "f", "important"), make=_file_modified,
+                                         args=["--force"])
         assert rc != 0 and "'f'" in err and "Is a directory" in err, (rc, err)
         with open(os.path.join(s.lower, "f", "important")) as f:
             assert f.read() == "not ours\n"
@@ -649,3 +677,77 @@ def test_host_edit_while_staging_is_a_conflict():
             assert not os.path.lexists(os.path.join(s.lower, "d")), path
         finally:
             s.close()
+
+
+def test_host_edit_while_applying_destroys_nothing():
+    """Once staged and checked again, the commit applies in path order (d, f, g, n). A host edit made
+    then at an entry it has not reached yet is never replaced or deleted: at d (the first) nothing
+    is applied yet and the commit is undone as a conflict; at f, g or n it stops there, part of it
+    applied, with its journal and a conflict naming the path; recovery then refuses to go over
+    the edit, and 'recover --force' finishes."""
+    edits = {
+        "d": (lambda s: write_files(s.lower, {"d/host": b"host d\n"}), "d/host"),
+        "f": (lambda s: write_files(s.lower, {"f": b"host f\n"}), "f"),
+        "g": (lambda s: (write_files(s.lower, {".g.tmp": b"host g\n"}),
+                         os.rename(os.path.join(s.lower, ".g.tmp"), os.path.join(s.lower, "g"))), "g"),
+        "n": (lambda s: write_files(s.lower, {"n": b"host n\n"}), "n"),
+    }
+    for path, (edit, host) in edits.items():
+        s = _four_kinds_of_change()
+        try:
+            rc, out, err = _commit_paused_at(s, lambda: edit(s), make=_four_kinds_of_change)
+            with open(os.path.join(s.lower, host)) as f:
+                assert f.read() == "host %s\n" % path, path
+            if path == "d":
+                _apply_guard_refused(s, rc, err, "d")  # its new entry moved its ctime
+                with open(os.path.join(s.lower, "f")) as f:
+                    assert f.read() == "old f\n"
+                continue
+            assert rc == 3 and "stopped there" in err and "\n  %s: changed in the workspace during the commit\n" % host \
+                in err, (path, rc, err)
+            assert not os.path.lexists(os.path.join(s.lower, "d")), "d came first: applied"
+            assert json.loads(s.run("status").stdout)["journal"] == "pending", path
+            p = s.run("recover", check=False)
+            assert p.returncode == 3 and "\n  %s: changed in the workspace after the commit began" % host in p.stderr, \
+                (path, p.stderr)
+            with open(os.path.join(s.lower, host)) as f:
+                assert f.read() == "host %s\n" % path, path
+            s.run("recover", "--force")
+            assert s.changes() == {}, path
+            for name, text in (("f", "new f\n"), ("n", "new n\n")):
+                with open(os.path.join(s.lower, name)) as f:
+                    assert f.read() == text, path
+            assert not os.path.lexists(os.path.join(s.lower, "g")), path
+        finally:
+            s.close()
+
+
+def test_hard_links_in_the_workspace_pass_the_guard():
+    """The commit's own unlinks and renames change the link count, and so the ctime, of a workspace
+    file's other names: that is not a host edit. A build dir with internal hard links (as cargo
+    makes) deleted, two names of one file both modified, and a name kept whose other name is in a
+    deleted dir: the commit goes through and the workspace ends as the view."""
+    s = Session()
+    low = s.lower
+    os.makedirs(os.path.join(low, "target/deps"))
+    os.makedirs(os.path.join(low, "gone"))
+    for i in range(8):
+        write_files(low, {"target/deps/bin%d-1" % i: b"binary %d\n" % i})
+        os.link(os.path.join(low, "target/deps/bin%d-1" % i), os.path.join(low, "target/bin%d" % i))
+    write_files(low, {"x": b"one inode\n", "keep": b"keep\n"})
+    os.link(os.path.join(low, "x"), os.path.join(low, "y"))
+    os.link(os.path.join(low, "keep"), os.path.join(low, "gone/keep-link"))
+
+    def ed(m):
+        shutil.rmtree(os.path.join(m, "target"))
+        shutil.rmtree(os.path.join(m, "gone"))
+        write_files(m, {"x": b"new x\n", "y": b"new y\n", "keep": b"kept, new\n"})
+    try:
+        s.change(ed)
+        s.set_origins()
+        want = s.view()
+        p = s.run("commit", check=False)
+        assert p.returncode == 0, p.stderr
+        assert snapshot(s.lower) == want and s.changes() == {}
+    finally:
+        s.close()

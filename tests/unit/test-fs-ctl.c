@@ -227,9 +227,34 @@ static void test_diff_and_commit(void)
 	}
 }
 
+static void test_inoset(void)
+{
+	struct ovl_inoset s = { 0 };
+	bool all = true, none = true;
+	int r = 0;
+
+	ok(!ovl_inoset_has(&s, 1, 1), "empty inode set has nothing");
+	for (ino_t i = 1; i <= 20000 && r == 0; i++)
+		r = ovl_inoset_add(&s, (dev_t)(i % 3), i * 4096);
+	is_int(r, 0, "20k inodes added");
+	r = ovl_inoset_add(&s, 1, 4096); /* 4096 % 3 == 1: already there */
+	is_int(r, 0, "adding one twice is fine");
+	is_int((int)s.n, 20000, "and counts once");
+	for (ino_t i = 1; i <= 20000; i++) {
+		all = all && ovl_inoset_has(&s, (dev_t)(i % 3), i * 4096);
+		none = none && !ovl_inoset_has(&s, (dev_t)((i + 1) % 3), i * 4096) && !ovl_inoset_has(&s, 0, i * 4096 + 1);
+	}
+	ok(all, "every added inode is found");
+	ok(none, "no other inode (same number on another device, or another number) is found");
+	is_int(ovl_inoset_add(&s, 5, 0), -EINVAL, "inode number 0 is refused");
+	ovl_inoset_done(&s);
+	ok(s.cap == 0 && !ovl_inoset_has(&s, 1, 4096), "done empties it");
+}
+
 int main(void)
 {
 	test_path_check();
+	test_inoset();
 	test_order_and_selection();
 	test_proto();
 	if (geteuid() == 0)
