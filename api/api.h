@@ -176,6 +176,7 @@ enum MHD_Result api_handle_run_logs(struct api_request *req);
 enum MHD_Result api_handle_diff(struct api_request *req);
 enum MHD_Result api_handle_commit(struct api_request *req);
 enum MHD_Result api_handle_discard(struct api_request *req);
+enum MHD_Result api_handle_recover(struct api_request *req);
 enum MHD_Result api_handle_files_info(struct api_request *req);
 enum MHD_Result api_handle_files_download(struct api_request *req);
 enum MHD_Result api_handle_files_upload(struct api_request *req);

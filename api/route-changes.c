@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
  * The change record of a session over HTTP: GET diff (json, patch, tar),
- * POST commit (409 with the conflicting paths) and POST discard, through
- * the draftfs control plane client (fs/ctl-client.h) on the live mount.
+ * POST commit (409 with the conflicting paths), POST discard and POST
+ * recover (an interrupted commit), through the draftfs control plane
+ * client (fs/ctl-client.h) on the live mount.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -303,6 +304,36 @@ enum MHD_Result api_handle_discard(struct api_request *req)
 	return api_reply_json(req, 200, result);
 }
 
+/* Finishes a commit that stopped with its journal (409 over host edits made since it began, unless force). */
+enum MHD_Result api_handle_recover(struct api_request *req)
+{
+	struct api_session *s;
+	_cleanup_(ovl_ctl_closep) struct ovl_ctl *c = NULL;
+	_cleanup_json_ cJSON *body = NULL, *result = NULL, *error = NULL;
+	bool force = false;
+	int r;
+
+	if (req->body_len > 0) {
+		body = api_request_json(req);
+		if (!body)
+			return MHD_YES; /* answered */
+		if (!cJSON_IsObject(body) || json_get_bool(body, "force", &force) == -EINVAL)
+			return api_reply_error(req, 400, API_E_INVALID_REQUEST, "body must be {\"force\"?: bool}");
+	}
+	s = changes_session(req);
+	if (!s)
+		return MHD_YES;
+	r = ovl_ctl_connect(s->view, &c);
+	if (r >= 0)
+		r = ovl_ctl_recover(c, force, &result, &error);
+	changes_done(s);
+	if (r < 0)
+		return reply_ctl_error(req, r, error, "recover");
+	if (!result && !(result = cJSON_CreateObject()))
+		return MHD_NO;
+	return api_reply_json(req, 200, result);
+}
+
 #else /* !API_HAVE_CTL */
 
 static enum MHD_Result not_built(struct api_request *req)
@@ -322,6 +353,11 @@ enum MHD_Result api_handle_commit(struct api_request *req)
 }
 
 enum MHD_Result api_handle_discard(struct api_request *req)
+{
+	return not_built(req);
+}
+
+enum MHD_Result api_handle_recover(struct api_request *req)
 {
 	return not_built(req);
 }

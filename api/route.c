@@ -25,6 +25,7 @@ static const struct api_route routes[] = {
 	{ "GET", P "/diff", api_handle_diff, NULL, false },
 	{ "POST", P "/commit", api_handle_commit, NULL, false },
 	{ "POST", P "/discard", api_handle_discard, NULL, false },
+	{ "POST", P "/recover", api_handle_recover, NULL, false },
 	{ "GET", P "/files/info", api_handle_files_info, NULL, false },
 	{ "GET", P "/files/download", api_handle_files_download, NULL, false },
 	{ "POST", P "/files/upload", api_handle_files_upload, api_upload_files, false },

@@ -8,6 +8,7 @@ import json
 import os
 import tarfile
 import threading
+import time
 
 from apiutil import api, env  # noqa: F401  (fixtures)
 
@@ -56,6 +57,46 @@ def test_diff_commit_discard(api):
     m = c.request("GET", "/metrics").body.decode()
     assert "draftbox_commits_total 1" in m
 
+
+def test_recover_finishes_a_commit_stopped_by_a_host_edit(env, monkeypatch):
+    """The daemon's first commit pauses once staged and checked (its 4th fault point, 'staged'); the
+    host creates n.txt, which the session also created, meanwhile. The commit applies a.txt, meets
+    the host's n.txt and stops: 409 naming it, journal kept. POST recover then refuses to go over it
+    (409), and with force finishes; the host's file was never lost before that."""
+    monkeypatch.setenv("DRAFTFS_FAULT", "pause:4:1500")
+    srv = env.server()
+    c = srv.client()
+    ws = env.workspace()
+    sid = c.create(ws)
+    c.run_ok(sid, "echo changed >> a.txt; echo new > n.txt")
+    got = {}
+    t = threading.Thread(target=lambda: got.update(r=c.request("POST", f"{S}/{sid}/commit")))
+    t.start()
+    deadline = time.time() + 20
+    while not any(n.startswith(".#draftfs.") for n in os.listdir(ws)):
+        assert time.time() < deadline and t.is_alive(), "the commit never staged"
+        time.sleep(0.01)
+    time.sleep(0.3)
+    with open(os.path.join(ws, "n.txt"), "w") as f:
+        f.write("host\n")
+    t.join(60)
+    r = got["r"]
+    assert r.status == 409 and r.json()["paths"] == ["n.txt"] and "stopped there" in r.json()["message"], r
+    with open(os.path.join(ws, "a.txt")) as f:
+        assert f.read() == "hello\nchanged\n", "a.txt came first: applied"
+    assert c.request("POST", f"{S}/{sid}/commit").status == 503, "a pending journal holds off new commits"
+    r = c.request("POST", f"{S}/{sid}/recover")
+    assert r.status == 409 and r.json()["paths"] == ["n.txt"], r
+    with open(os.path.join(ws, "n.txt")) as f:
+        assert f.read() == "host\n"
+    assert c.request("POST", f"{S}/{sid}/recover", {"force": "yes"}).status == 400
+    r = c.request("POST", f"{S}/{sid}/recover", {"force": True})
+    assert r.status == 200 and r.json()["recovered"] is True, r
+    with open(os.path.join(ws, "n.txt")) as f:
+        assert f.read() == "new\n"
+    assert c.request("GET", f"{S}/{sid}/diff").json()["changes"] == []
+    r = c.request("POST", f"{S}/{sid}/recover")
+    assert r.status == 200 and r.json()["recovered"] is False, r
 
 def test_commit_conflict(api):
     env, srv, c = api
