@@ -368,32 +368,9 @@ def test_live_commit_refuses_paths_too_long_and_changes_nothing(live):
     assert list(m.changes()) and all(p[0] in "BC" for p in m.changes())
 
 
-def test_live_kill_during_commit_recovers_at_start(live):
-    s, start = live
-    populate(s.lower)
-    m = start(env={"DRAFTFS_FAULT": "exit:6"})
-    for i in range(8):
-        with open(os.path.join(m.mnt, "src/f%d" % i), "w") as f:
-            f.write("v2 %d\n" % i)
-    os.unlink(os.path.join(m.mnt, "README"))
-    want = snapshot(m.mnt)
-    p = m.run("commit", check=False)
-    assert p.returncode != 0  # the daemon died under it
-    m.proc.wait(timeout=30)
-    assert m.proc.returncode == 99
-    umount(m.mnt)
-    assert os.path.exists(os.path.join(s.work, "draftfs", "commit.journal"))
-    m2 = start()  # the next start finishes the commit before going live
-    assert not os.path.exists(os.path.join(s.work, "draftfs", "commit.journal"))
-    assert snapshot(m2.mnt) == want
-    assert snapshot(s.lower) == want
-    assert m2.changes() == {}
-
-
-def test_live_start_refuses_a_recovery_over_host_edits(live):
-    """The daemon is killed mid-commit, then the host edits two paths of the commit: the next
-    start does not recover over them (it would delete README and replace src/f3). It exits
-    naming both, mounts nothing and changes nothing; 'recover --force' then finishes."""
+def _killed_mid_commit(live):
+    """A daemon that changed src/f0..7 and deleted README, killed at its commit's 6th step and
+    unmounted, its journal left; returns the view it had."""
     s, start = live
     populate(s.lower)
     m = start(env={"DRAFTFS_FAULT": "exit:6"})
@@ -406,6 +383,26 @@ def test_live_start_refuses_a_recovery_over_host_edits(live):
     m.proc.wait(timeout=30)
     assert m.proc.returncode == 99
     umount(m.mnt)
+    assert os.path.exists(os.path.join(s.work, "draftfs", "commit.journal"))
+    return want
+
+
+def test_live_kill_during_commit_recovers_at_start(live):
+    s, start = live
+    want = _killed_mid_commit(live)
+    m2 = start()  # the next start finishes the commit before going live
+    assert not os.path.exists(os.path.join(s.work, "draftfs", "commit.journal"))
+    assert snapshot(m2.mnt) == want
+    assert snapshot(s.lower) == want
+    assert m2.changes() == {}
+
+
+def test_live_start_refuses_a_recovery_over_host_edits(live):
+    """The daemon is killed mid-commit, then the host edits two paths of the commit: the next
+    start does not recover over them (it would delete README and replace src/f3). It exits
+    naming both, mounts nothing and changes nothing; 'recover --force' then finishes."""
+    s, start = live
+    want = _killed_mid_commit(live)
     for name in ("README", "src/f3"):
         with open(os.path.join(s.lower, name), "w") as f:
             f.write("host\n")
