@@ -875,8 +875,8 @@ static bool target_unchanged(const struct ovl_change *e, const struct stat *st, 
 		return false; /* a dir's size is not kept (0) */
 	if (st->st_mtim.tv_sec != e->old.mtime.tv_sec || st->st_mtim.tv_nsec != e->old.mtime.tv_nsec)
 		return false;
-	if (!S_ISDIR(st->st_mode) && (st->st_nlink > 1 || ovl_inoset_has(relinked, st->st_dev, st->st_ino)))
-		return true; /* its ctime moves with its link count: the commit's own rename over another name does it */
+	if (ovl_ctime_follows_links(st, relinked))
+		return true; /* the commit's own rename over another name of it moves its ctime */
 	return st->st_ctim.tv_sec == e->old.ctime.tv_sec && st->st_ctim.tv_nsec == e->old.ctime.tv_nsec;
 }
 
@@ -1679,8 +1679,8 @@ int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, con
 		live->quiesce(live->userdata, true);
 	if (recovering && started)
 		cm.started = *started;
-	else if (!recovering)
-		cm.started = start_time();
+	else if (!recovering && !opts->dry_run)
+		cm.started = start_time(); /* a dry run writes no journal and applies nothing */
 	/* a recovery may find the data of a metacopy already changed: it keeps the staged temp then */
 	r = ovl_diff_compute(env->layers, sel, OVL_DIFF_ORIGINS | OVL_DIFF_DATA | (recovering ? OVL_DIFF_LENIENT : 0), &changes,
 	                     ret_error);

@@ -468,11 +468,15 @@ void ovl_inoset_done(struct ovl_inoset *s)
 	*s = (struct ovl_inoset){ 0 };
 }
 
+bool ovl_ctime_follows_links(const struct stat *st, const struct ovl_inoset *relinked)
+{
+	return !S_ISDIR(st->st_mode) &&
+	       (st->st_nlink > 1 || (relinked && ovl_inoset_has(relinked, st->st_dev, st->st_ino)));
+}
+
 bool ovl_changed_since(const struct stat *st, struct timespec since, const struct ovl_inoset *relinked)
 {
-	if (!S_ISDIR(st->st_mode) && (st->st_nlink > 1 || (relinked && ovl_inoset_has(relinked, st->st_dev, st->st_ino))))
-		return ovl_ts_not_before(st->st_mtim, since);
-	return ovl_ts_not_before(st->st_ctim, since);
+	return ovl_ts_not_before(ovl_ctime_follows_links(st, relinked) ? st->st_mtim : st->st_ctim, since);
 }
 
 struct rm_rf {
@@ -482,11 +486,10 @@ struct rm_rf {
 	char *changed; /* the path below the top of the first changed entry */
 };
 
-/* Sets rm->changed to @parent/@name (@parent NULL at the top). */
-static int rm_rf_changed(struct rm_rf *rm, const char *parent, const char *name)
+/* The path of @name below the top of a removal, @parent being its directory's ("" for the top's, NULL for the top). */
+static char *rm_rf_path(const char *parent, const char *name)
 {
-	rm->changed = parent ? (*parent ? ovl_path_join(parent, name) : strdup(name)) : strdup("");
-	return rm->changed ? -EBUSY : -ENOMEM;
+	return parent ? (*parent ? ovl_path_join(parent, name) : strdup(name)) : strdup("");
 }
 
 /* @path: of @name below the top ("" for its entries; NULL for the top itself) */
@@ -498,8 +501,10 @@ static int rm_rf(struct rm_rf *rm, int dir_fd, const char *name, const char *pat
 		return -ELOOP;
 	if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : -errno;
-	if (rm->since && ovl_changed_since(&st, *rm->since, rm->relinked))
-		return rm_rf_changed(rm, path, name);
+	if (rm->since && ovl_changed_since(&st, *rm->since, rm->relinked)) {
+		rm->changed = rm_rf_path(path, name);
+		return rm->changed ? -EBUSY : -ENOMEM;
+	}
 	if (S_ISDIR(st.st_mode)) {
 		_cleanup_closedir_ DIR *d = NULL;
 		_cleanup_free_ char *below = NULL;
@@ -507,7 +512,7 @@ static int rm_rf(struct rm_rf *rm, int dir_fd, const char *name, const char *pat
 		int fd;
 
 		if (rm->since) {
-			below = path ? (*path ? ovl_path_join(path, name) : strdup(name)) : strdup("");
+			below = rm_rf_path(path, name);
 			if (!below)
 				return -ENOMEM;
 		}

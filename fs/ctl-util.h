@@ -138,12 +138,15 @@ bool ovl_inoset_has(const struct ovl_inoset *s, dev_t dev, ino_t ino);
 void ovl_inoset_done(struct ovl_inoset *s);
 
 /*
- * An entry changed at or after @since: its ctime is not before it. For a
- * non-directory with more than one link, or in @relinked (the inodes whose
- * link count the caller changed), its mtime: the ctime moves with the link
- * count, which the caller's own unlink or rename over another name of it
- * changes.
+ * Whether the ctime of @st can have moved with its link count rather than
+ * by an edit: a non-directory with more than one link, or in @relinked
+ * (the inodes whose link count the caller changed: its own unlink or
+ * rename over another name of the file). Such an entry is judged by its
+ * mtime.
  */
+bool ovl_ctime_follows_links(const struct stat *st, const struct ovl_inoset *relinked);
+
+/* An entry changed at or after @since: its ctime (its mtime, by ovl_ctime_follows_links()) is not before it. */
 bool ovl_changed_since(const struct stat *st, struct timespec since, const struct ovl_inoset *relinked);
 
 /*
