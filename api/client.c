@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
  * The `draftbox` client: global options and server connection, error
- * printing, and the session, run, diff, commit and discard commands. The
- * files commands are in client-files.c.
+ * printing, and the session, run, diff, commit, discard and recover
+ * commands. The files commands are in client-files.c.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -90,6 +90,24 @@ int client_request(struct client *c, const char *method, const char *target, con
 	return r;
 }
 
+/* The paths an error names (a commit's or a recovery's conflicts), a line each, the first CLIENT_MAX_ERROR_PATHS. */
+static void print_error_paths(const struct client *c, const cJSON *paths)
+{
+	const cJSON *it;
+	int n = 0, total = cJSON_IsArray(paths) ? cJSON_GetArraySize(paths) : 0;
+
+	cJSON_ArrayForEach(it, paths) {
+		if (n == CLIENT_MAX_ERROR_PATHS)
+			break;
+		if (cJSON_IsString(it)) {
+			client_error(c, "  %s", it->valuestring);
+			n++;
+		}
+	}
+	if (total > n)
+		client_error(c, "  ... and %d more (--json lists them all)", total - n);
+}
+
 int client_report_http_error(struct client *c, struct http_response *resp)
 {
 	_cleanup_free_ char *body = NULL;
@@ -107,14 +125,16 @@ int client_report_http_error(struct client *c, struct http_response *resp)
 	}
 	if (c->json && body && *body)
 		fprintf(stderr, "%s\n", body);
-	if (message)
+	if (message) {
 		client_error(c, "%s (%s, HTTP %u)", message, code ? code : "error", resp->status);
-	else if (resp->status == 401)
+		if (!c->json)
+			print_error_paths(c, cJSON_GetObjectItemCaseSensitive(j, "paths"));
+	} else if (resp->status == 401)
 		client_error(c, "the server wants an access token: pass --token, set DRAFTBOX_TOKEN or make STATE/token readable (HTTP 401)");
-	if (resp->status == 401 && !c->token && c->token_note)
-		client_error(c, "no token was sent: %s", c->token_note);
 	else
 		client_error(c, "request failed with HTTP %u", resp->status);
+	if (resp->status == 401 && !c->token && c->token_note)
+		client_error(c, "no token was sent: %s", c->token_note);
 	return -EBADMSG;
 }
 
@@ -939,6 +959,26 @@ static int cmd_diff(struct client *c, int argc, char **argv)
 	return 0;
 }
 
+/* POSTs @req to the route @suffix of session @id. With --json the answer is printed here and *ret_resp is NULL. */
+static int post_session(struct client *c, const char *id, const char *suffix, const cJSON *req, cJSON **ret_resp)
+{
+	_cleanup_free_ char *target = client_session_target(id, suffix);
+	_cleanup_json_ cJSON *resp = NULL;
+	int r;
+
+	*ret_resp = NULL;
+	if (!target)
+		return -ENOMEM;
+	r = client_call(c, "POST", target, req, &resp);
+	if (r < 0)
+		return r;
+	if (c->json)
+		client_print_json(resp);
+	else
+		*ret_resp = TAKE_PTR(resp);
+	return 0;
+}
+
 static int cmd_commit_or_discard(struct client *c, int argc, char **argv, bool commit)
 {
 	static const struct option opts[] = {
@@ -946,7 +986,6 @@ static int cmd_commit_or_discard(struct client *c, int argc, char **argv, bool c
 		{}
 	};
 	_cleanup_json_ cJSON *req = cJSON_CreateObject(), *resp = NULL;
-	_cleanup_free_ char *target = NULL;
 	const cJSON *list, *it;
 	const char *id;
 	int o, r;
@@ -977,16 +1016,9 @@ static int cmd_commit_or_discard(struct client *c, int argc, char **argv, bool c
 		for (int i = optind; i < argc; i++)
 			cJSON_AddItemToArray(paths, cJSON_CreateString(argv[i]));
 	}
-	target = client_session_target(id, commit ? "/commit" : "/discard");
-	if (!target)
-		return -ENOMEM;
-	r = client_call(c, "POST", target, req, &resp);
-	if (r < 0)
+	r = post_session(c, id, commit ? "/commit" : "/discard", req, &resp);
+	if (r < 0 || !resp)
 		return r;
-	if (c->json) {
-		client_print_json(resp);
-		return 0;
-	}
 	list = cJSON_GetObjectItemCaseSensitive(resp, commit ? "committed" : "discarded");
 	cJSON_ArrayForEach(it, list) {
 		const char *p = cJSON_IsString(it) ? it->valuestring : str_or(it, "path", "?");
@@ -1004,6 +1036,41 @@ static int cmd_commit_or_discard(struct client *c, int argc, char **argv, bool c
 	return 0;
 }
 
+static int cmd_recover(struct client *c, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "force", no_argument, NULL, 'f' },
+		{}
+	};
+	_cleanup_json_ cJSON *req = cJSON_CreateObject(), *resp = NULL;
+	int64_t n = 0;
+	int o, r;
+
+	if (!req)
+		return -ENOMEM;
+	client_reset_getopt();
+	while ((o = client_getopt(argc, argv, "f", opts, NULL)) >= 0) {
+		if (o != 'f')
+			return -EINVAL;
+		cJSON_AddBoolToObject(req, "force", true);
+	}
+	if (optind + 1 != argc) {
+		client_error(c, "usage: draftbox recover ID [--force]");
+		return -EINVAL;
+	}
+	r = post_session(c, argv[optind], "/recover", req, &resp);
+	if (r < 0 || !resp)
+		return r;
+	if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(resp, "recovered"))) {
+		printf("nothing to recover: no commit was interrupted\n");
+		return 0;
+	}
+	(void)json_get_int64(resp, "paths", 0, INT64_MAX, &n);
+	printf("%srecovered%s the interrupted commit of %" PRId64 " path%s\n", client_color(c, false, C_GREEN),
+	       client_color(c, false, C_RESET), n, n == 1 ? "" : "s");
+	return 0;
+}
+
 /* ---- main ---- */
 
 static void usage(FILE *f)
@@ -1017,6 +1084,7 @@ static void usage(FILE *f)
 	      "  diff ID [PATH...] [--patch|--json|--tar] [-o FILE]\n"
 	      "  commit ID [PATH...] [--force]\n"
 	      "  discard ID [PATH...]\n"
+	      "  recover ID [--force]   (finish a commit that stopped part-way)\n"
 	      "  files ls ID [PATH] [--depth N]\n"
 	      "  files stat ID PATH...\n"
 	      "  files get ID PATH [-o FILE]\n"
@@ -1190,6 +1258,8 @@ int client_main(int argc, char **argv)
 		r = cmd_commit_or_discard(&c, argc, argv, true);
 	else if (strcmp(argv[0], "discard") == 0)
 		r = cmd_commit_or_discard(&c, argc, argv, false);
+	else if (strcmp(argv[0], "recover") == 0)
+		r = cmd_recover(&c, argc, argv);
 	else if (strcmp(argv[0], "files") == 0 || strcmp(argv[0], "file") == 0)
 		r = client_cmd_files(&c, argc, argv);
 	else if (strcmp(argv[0], "help") == 0) {

@@ -18,6 +18,7 @@
 #define CLIENT_DEFAULT_STATE_DIR "/var/lib/draftbox"
 #define CLIENT_MAX_JSON (64u * 1024u * 1024u)
 #define CLIENT_MAX_SCRIPT (512u * 1024u) /* `run ID -` script read from stdin; the server takes 1 MiB bodies */
+#define CLIENT_MAX_ERROR_PATHS 20 /* paths of an error printed; --json shows all */
 #define CLIENT_DEFAULT_TIMEOUT 300u /* seconds of silence before a request (not a run) fails */
 
 /* Exit codes of draftbox itself (a run exits with the command's status instead). */

@@ -371,6 +371,40 @@ def test_diff_commit_discard_requests(fake):
     assert r.returncode == 2
 
 
+def test_recover_and_conflict_paths(fake):
+    url, rec = fake
+    rec.routes[("POST", "/v1/isolated/session/s/recover")] = json_reply({"recovered": True, "paths": 3})
+    r = run_client(["--url", url, "recover", "s", "--force"])
+    assert r.returncode == 0 and r.stdout == b"recovered the interrupted commit of 3 paths\n", r
+    assert json.loads(rec.requests[-1]["body"]) == {"force": True}
+    rec.routes[("POST", "/v1/isolated/session/s/recover")] = json_reply({"recovered": False, "paths": 0})
+    r = run_client(["--url", url, "recover", "s"])
+    assert r.returncode == 0 and r.stdout == b"nothing to recover: no commit was interrupted\n", r
+    assert json.loads(rec.requests[-1]["body"]) == {}
+    r = run_client(["--url", url, "--json", "recover", "s"])
+    assert json.loads(r.stdout) == {"recovered": False, "paths": 0}
+    for args in (["recover"], ["recover", "s", "t"], ["recover", "s", "--paths"]):
+        n = len(rec.requests)
+        r = run_client(["--url", url] + args)
+        assert r.returncode == 2 and len(rec.requests) == n, (args, r)
+
+    # a conflict lists its paths, the first 20 of them
+    paths = [f"dir/f{i:02}" for i in range(25)]
+    conflict = {"code": "CONFLICT", "message": "recover failed: changed in the workspace", "paths": paths}
+    rec.routes[("POST", "/v1/isolated/session/s/recover")] = json_reply(conflict, 409)
+    rec.routes[("POST", "/v1/isolated/session/s/commit")] = json_reply(conflict, 409)
+    for cmd in ("recover", "commit"):
+        r = run_client(["--url", url, cmd, "s"])
+        lines = r.stderr.decode().splitlines()
+        assert r.returncode == 1, r
+        assert lines[0] == "draftbox: recover failed: changed in the workspace (CONFLICT, HTTP 409)", lines
+        assert lines[1:21] == [f"draftbox:   {p}" for p in paths[:20]], lines
+        assert lines[21:] == ["draftbox:   ... and 5 more (--json lists them all)"], lines
+    r = run_client(["--url", url, "--json", "recover", "s"])
+    assert r.returncode == 1 and json.loads(r.stderr.decode().splitlines()[0]) == conflict, r
+    assert b"draftbox:   dir/f00" not in r.stderr
+
+
 def test_files_put_get_and_friends(fake):
     url, rec = fake
     uploads = []

@@ -71,6 +71,19 @@ def test_client_workflow(api):  # noqa: F811
     assert b"docs/readme.txt" in r.stdout and b".git/HEAD" not in r.stdout
     assert b"2 changes git cannot hold" in r.stderr and b"--json" in r.stderr, r.stderr
 
+    # a commit conflict names its paths; nothing is pending to recover
+    dbx("run", sid, "--", "sh", "-c", "echo session > clash.txt")
+    with open(os.path.join(ws, "clash.txt"), "w") as f:
+        f.write("host\n")
+    r = dbx("commit", sid, f"{ws}/clash.txt", ok=False)
+    assert r.returncode == 1 and b"(CONFLICT, HTTP 409)" in r.stderr, r
+    assert any(line.startswith(b"draftbox:   ") and line.endswith(b"clash.txt")
+               for line in r.stderr.splitlines()), r.stderr
+    with open(os.path.join(ws, "clash.txt")) as f:
+        assert f.read() == "host\n"
+    os.unlink(os.path.join(ws, "clash.txt"))
+    assert dbx("recover", sid).stdout == b"nothing to recover: no commit was interrupted\n"
+
     # commit one path, discard the rest
     r = dbx("commit", sid, f"{ws}/src/app.py")
     assert b"src/app.py" in r.stdout
