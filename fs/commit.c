@@ -95,6 +95,9 @@ struct commit {
 	bool guard;   /* apply destroys nothing of the host's made since the checks (not with force or in recovery) */
 	bool applied; /* apply has changed the workspace */
 	struct ovl_inoset relinked; /* workspace inodes whose link count apply changed (their ctime moved) */
+	/* the journal's multiply-linked workspace files (journal-linked.h): a new commit's own, or the journal's */
+	struct ovl_linked_set own_linked;
+	const struct ovl_linked_set *linked;
 	char *changed_at; /* where the guard found a host edit */
 	/*
 	 * The target directory each staged entry was written into, kept open
@@ -1085,14 +1088,22 @@ static bool is_committed_entry(const struct ovl_change *e)
 	       e->old.mtime.tv_nsec == e->new.mtime.tv_nsec;
 }
 
+/* A linked file as the interrupted commit's check read it: its ctime alone may have moved. */
+static bool linked_unchanged(const struct ovl_linked *l, const struct ovl_meta *m)
+{
+	return l->mode == m->mode && l->uid == m->uid && l->gid == m->gid && l->size == m->size &&
+	       l->mtime.tv_sec == m->mtime.tv_sec && l->mtime.tv_nsec == m->mtime.tv_nsec;
+}
+
 /*
  * Recovery's check (without force): the interrupted commit checked the
  * workspace before it wrote its journal, so what would be lost now is an
  * edit made on the host after the commit began (@cm->started): a workspace
  * entry at a path of the commit, not put there by the commit, with a ctime
- * from then on. Directories are not compared themselves (the commit's own
- * staging and deletions move their times); what the host put inside one is
- * an entry of the change list in turn.
+ * from then on (a file that had several names, the journal's linked set:
+ * no longer as checked then). Directories are not compared themselves (the
+ * commit's own staging and deletions move their times); what the host put
+ * inside one is an entry of the change list in turn.
  */
 static void check_recovery(struct commit *cm, cJSON **list)
 {
@@ -1100,10 +1111,15 @@ static void check_recovery(struct commit *cm, cJSON **list)
 
 	for (size_t i = 0; i < c->n; i++) {
 		const struct ovl_change *e = &c->v[i];
+		const struct ovl_linked *l;
 
 		if (e->old_type == OVL_FT_NONE || e->old_layer != 0 || e->old_type == OVL_FT_DIR)
 			continue;
-		if (!ovl_ts_not_before(e->old.ctime, cm->started) || is_committed_entry(e))
+		/* the interrupted commit's unlink of another name moved the ctime of these: what was checked tells */
+		l = ovl_linked_find(cm->linked, e->old.dev, e->old.ino);
+		if (l ? linked_unchanged(l, &e->old) : !ovl_ts_not_before(e->old.ctime, cm->started))
+			continue;
+		if (is_committed_entry(e))
 			continue;
 		add_detail(list, e->path,
 		           e->new_type == OVL_FT_NONE ? "changed in the workspace after the commit began; recovery would delete it"
@@ -1422,6 +1438,32 @@ static int prune_dir(struct commit *cm, const char *dirpath, int ufd, bool prote
 	return 0;
 }
 
+/* The workspace's files at the commit's paths that have other names too, for the journal's linked set. */
+static int collect_linked(struct commit *cm)
+{
+	for (size_t i = 0; i < cm->changes->n; i++) {
+		const struct ovl_change *e = &cm->changes->v[i];
+		const struct ovl_linked l = { .dev = e->old.dev, .ino = e->old.ino, .mode = e->old.mode, .uid = e->old.uid,
+			                      .gid = e->old.gid, .size = e->old.size, .mtime = e->old.mtime };
+		int r;
+
+		if (e->old_type == OVL_FT_NONE || e->old_layer != 0 || e->old_type == OVL_FT_DIR || e->old.nlink < 2)
+			continue;
+		r = ovl_linked_add(&cm->own_linked, &l);
+		if (r < 0)
+			return r;
+	}
+	ovl_linked_seal(&cm->own_linked);
+	return 0;
+}
+
+static int write_journal(struct commit *cm, bool staged)
+{
+	const struct ovl_journal_mark mark = { .staged = staged, .started = cm->started, .linked = *cm->linked };
+
+	return ovl_journal_write(cm->env->layers->state_fd, cm->target_fd, cm->sel, cm->opts, &mark);
+}
+
 static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 {
 	const struct ovl_layers *l = cm->env->layers;
@@ -1454,7 +1496,9 @@ static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 			return r; /* nothing else changed: each of them is a metacopy or a full copy, both show the same */
 	}
 	if (!recovering) {
-		r = ovl_journal_write(l->state_fd, cm->target_fd, cm->sel, cm->opts, false, cm->started);
+		r = collect_linked(cm);
+		if (r >= 0)
+			r = write_journal(cm, false);
 		if (r < 0)
 			return ovl_ctl_error(ret_error, r, "io", NULL, "cannot write the commit journal");
 	}
@@ -1498,7 +1542,7 @@ static int commit_locked(struct commit *cm, bool recovering, cJSON **ret_error)
 		 * of the data, and the data of a metacopy that is no change may
 		 * go (it is pruned): say so. Without the mark nothing was applied.
 		 */
-		r = ovl_journal_write(l->state_fd, cm->target_fd, cm->sel, cm->opts, true, cm->started);
+		r = write_journal(cm, true);
 		if (r < 0)
 			goto fail_noentry;
 		ovl_fault_point("journal-staged");
@@ -1646,13 +1690,13 @@ static struct timespec start_time(void)
 }
 
 int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, const struct ovl_commit_opts *opts,
-                   unsigned flags, const struct timespec *started, cJSON **ret_result, cJSON **ret_error)
+                   const struct ovl_journal_mark *journal, cJSON **ret_result, cJSON **ret_error)
 {
 	static const struct ovl_commit_opts defaults = { 0 };
 	_cleanup_(ovl_changes_freep) struct ovl_changes *changes = NULL;
 	_cleanup_json_ cJSON *res = NULL, *problems = NULL, *kept = NULL, *committed = NULL, *materialized = NULL;
 	const struct ovl_live *live = env->live;
-	bool recovering = flags & OVL_COMMIT_RECOVERING;
+	bool recovering = journal != NULL;
 	struct commit cm = { 0 };
 	int r, notified = 0;
 
@@ -1671,15 +1715,16 @@ int ovl_commit_run(const struct ovl_ctl_env *env, const struct ovl_sel *sel, con
 	cm = (struct commit){ .env = env, .sel = sel, .opts = opts, .target_fd = env->layers->lower_fds[0],
 	                      .dir_fd = -1, .udir_fd = -1, .committed = committed, .materialized = materialized };
 	cm.recovering = recovering;
-	cm.keep_mc_temps = recovering && (flags & OVL_COMMIT_STAGED);
+	cm.keep_mc_temps = recovering && journal->staged;
 	if (fstat(cm.target_fd, &cm.target_root) < 0)
 		return ovl_ctl_error(ret_error, -errno, "io", NULL, "cannot stat the commit target");
 
 	if (live)
 		live->quiesce(live->userdata, true);
-	if (recovering && started)
-		cm.started = *started;
-	else if (!recovering && !opts->dry_run)
+	cm.linked = recovering ? &journal->linked : &cm.own_linked;
+	if (recovering)
+		cm.started = journal->started;
+	else if (!opts->dry_run)
 		cm.started = start_time(); /* a dry run writes no journal and applies nothing */
 	/* a recovery may find the data of a metacopy already changed: it keeps the staged temp then */
 	r = ovl_diff_compute(env->layers, sel, OVL_DIFF_ORIGINS | OVL_DIFF_DATA | (recovering ? OVL_DIFF_LENIENT : 0), &changes,
@@ -1771,6 +1816,7 @@ out:
 	cJSON_Delete(cm.late);
 	free(cm.changed_at);
 	ovl_inoset_done(&cm.relinked);
+	ovl_linked_done(&cm.own_linked);
 	for (size_t i = 0; i < cm.n_created; i++)
 		free(cm.created[i].path);
 	free(cm.created);
@@ -1805,5 +1851,5 @@ int ovl_op_commit(const struct ovl_ctl_env *env, char *const *paths, const struc
 	r = ovl_sel_parse(paths, &sel, ret_error);
 	if (r < 0)
 		return r;
-	return ovl_commit_run(env, &sel, opts, 0, NULL, ret_result, ret_error);
+	return ovl_commit_run(env, &sel, opts, NULL, ret_result, ret_error);
 }

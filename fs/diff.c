@@ -239,6 +239,7 @@ static int meta_fill(struct ovl_meta *m, const struct stat *st, int dir_fd, cons
 	m->ctime = st->st_ctim;
 	m->dev = st->st_dev;
 	m->ino = st->st_ino;
+	m->nlink = st->st_nlink;
 	if (S_ISLNK(st->st_mode))
 		return read_target(dir_fd, name, &m->target);
 	return 0;

@@ -43,6 +43,7 @@ struct ovl_meta {
 	struct timespec mtime;
 	dev_t dev; /* identity, for conflict checks */
 	ino_t ino;
+	nlink_t nlink; /* of a workspace entry: its ctime moves when another name of it goes */
 	struct timespec ctime;
 	char *target; /* symlink target or NULL */
 };

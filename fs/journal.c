@@ -62,8 +62,13 @@ static const char *owner_to_string(enum ovl_commit_owner o)
 	return o == OVL_OWNER_PRESERVE ? "preserve" : o == OVL_OWNER_FIXED ? "fixed" : "workspace";
 }
 
+void ovl_journal_mark_done(struct ovl_journal_mark *m)
+{
+	ovl_linked_done(&m->linked);
+}
+
 int ovl_journal_write(int state_fd, int target_fd, const struct ovl_sel *sel, const struct ovl_commit_opts *opts,
-                      bool staged, struct timespec started)
+                      const struct ovl_journal_mark *mark)
 {
 	_cleanup_json_ cJSON *j = cJSON_CreateObject();
 	_cleanup_cjson_str_ char *text = NULL;
@@ -85,11 +90,19 @@ int ovl_journal_write(int state_fd, int target_fd, const struct ovl_sel *sel, co
 	cJSON_AddStringToObject(j, "owner", owner_to_string(opts->owner));
 	json_add_u64(j, "uid", opts->uid);
 	json_add_u64(j, "gid", opts->gid);
-	if (staged)
+	if (mark->staged)
 		cJSON_AddBoolToObject(j, "staged", true);
 	/* two numbers: nanoseconds since the epoch do not fit a double exactly */
-	json_add_u64(j, "started_sec", (uint64_t)started.tv_sec);
-	json_add_u64(j, "started_nsec", (uint64_t)started.tv_nsec);
+	json_add_u64(j, "started_sec", (uint64_t)mark->started.tv_sec);
+	json_add_u64(j, "started_nsec", (uint64_t)mark->started.tv_nsec);
+	if (mark->linked.n > 0) {
+		cJSON *linked = ovl_linked_to_json(&mark->linked);
+
+		if (!linked || !cJSON_AddItemToObject(j, "linked", linked)) {
+			cJSON_Delete(linked);
+			return -ENOMEM;
+		}
+	}
 	text = cJSON_PrintUnformatted(j);
 	if (!text)
 		return -ENOMEM;
@@ -110,8 +123,10 @@ int ovl_journal_write(int state_fd, int target_fd, const struct ovl_sel *sel, co
 }
 
 int ovl_journal_read(int state_fd, int target_fd, struct ovl_sel *ret_sel, struct ovl_commit_opts *ret_opts,
-                     bool *ret_staged, struct timespec *ret_started)
+                     struct ovl_journal_mark *ret_mark)
 {
+	_cleanup_(ovl_journal_mark_done) struct ovl_journal_mark mark = { 0 };
+	const cJSON *linked;
 	_cleanup_free_ char *text = NULL;
 	_cleanup_close_ int fd = -1;
 	_cleanup_json_ cJSON *j = NULL;
@@ -156,12 +171,20 @@ int ovl_journal_read(int state_fd, int target_fd, struct ovl_sel *ret_sel, struc
 	o.uid = (uid_t)uid;
 	o.gid = (gid_t)gid;
 	o.allow_setid = o.allow_special = o.allow_xattrs = true;
+	linked = cJSON_GetObjectItemCaseSensitive(j, "linked");
+	if (linked && !cJSON_IsNull(linked)) {
+		r = ovl_linked_from_json(linked, &mark.linked);
+		if (r < 0)
+			return r;
+	}
+	mark.staged = staged;
+	mark.started = (struct timespec){ .tv_sec = started_sec, .tv_nsec = started_nsec };
 	r = ovl_sel_parse(paths, ret_sel, NULL);
 	if (r < 0)
 		return -EUCLEAN;
 	*ret_opts = o;
-	*ret_staged = staged;
-	*ret_started = (struct timespec){ .tv_sec = started_sec, .tv_nsec = started_nsec };
+	*ret_mark = mark;
+	mark = (struct ovl_journal_mark){ 0 };
 	return 1;
 }
 
@@ -176,12 +199,11 @@ int ovl_op_recover(const struct ovl_ctl_env *env, bool force, cJSON **ret_result
 {
 	_cleanup_(ovl_sel_done) struct ovl_sel sel = { 0 };
 	_cleanup_json_ cJSON *res = NULL, *inner = NULL;
+	_cleanup_(ovl_journal_mark_done) struct ovl_journal_mark mark = { 0 };
 	struct ovl_commit_opts opts;
-	struct timespec started = { 0 };
-	bool staged = false;
 	int r;
 
-	r = ovl_journal_read(env->layers->state_fd, env->layers->lower_fds[0], &sel, &opts, &staged, &started);
+	r = ovl_journal_read(env->layers->state_fd, env->layers->lower_fds[0], &sel, &opts, &mark);
 	if (r == -EUCLEAN)
 		return ovl_ctl_error(ret_error, r, "io", NULL,
 		                     "the commit journal in the state dir is unreadable or belongs to another target; "
@@ -207,8 +229,7 @@ int ovl_op_recover(const struct ovl_ctl_env *env, bool force, cJSON **ret_result
 	}
 	if (r > 0) {
 		opts.force = force;
-		r = ovl_commit_run(env, &sel, &opts, OVL_COMMIT_RECOVERING | (staged ? OVL_COMMIT_STAGED : 0), &started,
-		                   &inner, ret_error);
+		r = ovl_commit_run(env, &sel, &opts, &mark, &inner, ret_error);
 		if (r < 0)
 			return r;
 		cJSON_AddItemToObject(res, "commit", TAKE_PTR(inner));

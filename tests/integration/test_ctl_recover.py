@@ -154,3 +154,110 @@ def test_recovery_refuses_to_overwrite_host_edits_made_after_the_kill():
             assert json.loads(s.run("status").stdout)["journal"] == "none"
         finally:
             s.close()
+
+
+def populate_linked(low):
+    """Three names of one inode, the way cargo and ccache leave them; the session deletes one,
+    rewrites another and leaves the third."""
+    os.makedirs(os.path.join(low, "h"))
+    with open(os.path.join(low, "h/a"), "w") as f:
+        f.write("linked\n")
+    os.link(os.path.join(low, "h/a"), os.path.join(low, "h/b"))
+    os.link(os.path.join(low, "h/a"), os.path.join(low, "h/keep"))
+    with open(os.path.join(low, "h/plain"), "w") as f:
+        f.write("plain\n")
+
+
+def edit_linked(m):
+    os.unlink(os.path.join(m, "h/a"))
+    with open(os.path.join(m, "h/b"), "w") as f:
+        f.write("rewritten\n")
+    os.unlink(os.path.join(m, "h/plain"))
+
+
+def fresh_linked():
+    s = Session()
+    populate_linked(s.lower)
+    s.change(edit_linked)
+    return s
+
+
+def test_recovery_takes_the_commits_own_link_changes_for_no_host_edit():
+    """The commit's unlink or replacement of one name of a hard-linked file moves the ctime of its
+    other names: recovery after a kill at any step must not take that for a host edit (the journal
+    says which inodes had several names), and must still refuse over a host write to one of them."""
+    names = steps_of(fresh_linked)
+    applied = names.index("applied") + 1
+    for n in range(1, len(names) + 1):
+        s = fresh_linked()
+        try:
+            want = s.view()
+            kill_at(s, n)
+            p = s.run("recover", check=False)
+            assert p.returncode == 0, (n, names[n - 1], p.stderr)
+            assert snapshot(s.lower) == want and s.changes() == {}, "step %d" % n
+        finally:
+            s.close()
+    refused = 0
+    for n, how in [(n, how) for n in range(1, applied) for how in ("write", "chmod")]:
+        s = fresh_linked()
+        try:
+            kill_at(s, n)
+            keep = os.path.join(s.lower, "h/keep")
+            if not os.path.samefile(os.path.join(s.lower, "h/b"), keep):
+                s.run("recover")
+                continue  # h/b is the session's already: no host edit to it can be lost
+            # h/b is the same inode: the recovery would replace a host edit
+            if how == "write":
+                with open(keep, "a") as f:
+                    f.write("host\n")
+            else:
+                os.chmod(keep, 0o600)
+            p = s.run("recover", check=False)
+            assert p.returncode == 3 and "\n  h/b: changed in the workspace after the commit began" in p.stderr, (
+                n, names[n - 1], how, p.returncode, p.stderr)
+            refused += 1
+            s.run("recover", "--force")
+            with open(keep) as f:
+                assert f.read() == ("linked\nhost\n" if how == "write" else "linked\n")
+            assert how == "write" or os.stat(keep).st_mode & 0o777 == 0o600
+        finally:
+            s.close()
+    assert refused >= 4, names  # before h/a goes, and between it and h/b: the case the linked set is for
+
+
+def test_journal_records_the_linked_files_and_refuses_a_bad_record():
+    """The journal records each multiply-linked workspace file of the commit once, as it was checked:
+    "DEV:INO:MODE:UID:GID:SIZE:MTIME_SEC:MTIME_NSEC" (strings: exact past 2^53); a malformed record
+    makes the journal unreadable, and recovery changes nothing."""
+    names = steps_of(fresh_linked)
+    s = fresh_linked()
+    try:
+        st = os.stat(os.path.join(s.lower, "h/a"))
+        kill_at(s, names.index("journal") + 1)
+        path = os.path.join(s.work, "draftfs", "commit.journal")
+        with open(path) as f:
+            j = json.load(f)
+        good = "%d:%d:%d:%d:%d:%d:%d:%d" % (st.st_dev, st.st_ino, st.st_mode, st.st_uid, st.st_gid, st.st_size,
+                                            st.st_mtime_ns // 10**9, st.st_mtime_ns % 10**9)
+        assert j["linked"] == [good], j
+        before = snapshot(s.lower)
+        head = "%d:%d" % (st.st_dev, st.st_ino)
+        for bad in ([head], [good + ":1"], ["x" + good], [" " + good], [good.replace(":", ": ", 1)],
+                    ["1:-2" + good[len(head):]], ["1:0" + good[len(head):]], [head + ":4294967296:0:0:0:0:0"],
+                    [good.rsplit(":", 1)[0] + ":1000000000"], ["99999999999999999999" + good[len(head.split(":")[0]):]],
+                    [7], good):
+            j["linked"] = bad
+            with open(path, "w") as f:
+                json.dump(j, f)
+            p = s.run("recover", check=False)
+            assert p.returncode != 0 and "unreadable" in p.stderr, (bad, p.returncode, p.stderr)
+            assert snapshot(s.lower) == before, bad
+        # a negative mtime (before 1970) is a record like any other
+        j["linked"] = [good, head.split(":")[0] + ":1:33188:0:0:0:-5:0"]
+        with open(path, "w") as f:
+            json.dump(j, f)
+        s.run("recover")
+        assert s.changes() == {}
+    finally:
+        s.close()

@@ -20,6 +20,7 @@
 #include "ctl-proto.h"
 #include "ctl-util.h"
 #include "diff.h"
+#include "journal-linked.h"
 #include "json-util.h"
 #include "tap.h"
 
@@ -251,10 +252,45 @@ static void test_inoset(void)
 	ok(s.cap == 0 && !ovl_inoset_has(&s, 1, 4096), "done empties it");
 }
 
+static void test_linked_set(void)
+{
+	const struct ovl_linked big = { .dev = 7, .ino = (ino_t)1 << 60 | 3, .mode = 0100644, .uid = 4294967295u,
+		                        .gid = 5, .size = (off_t)1 << 40, .mtime = { -86401, 999999999 } };
+	const struct ovl_linked small = { .dev = 7, .ino = 2, .mode = 0100755, .size = 1, .mtime = { 1, 0 } };
+	struct ovl_linked_set s = { 0 }, back = { 0 };
+	_cleanup_json_ cJSON *j = NULL, *bad = NULL;
+	const struct ovl_linked *f;
+	_cleanup_free_ char *text = NULL;
+
+	ok(!ovl_linked_find(&s, 7, 2), "empty linked set has nothing");
+	is_int(ovl_linked_add(&s, &big) | ovl_linked_add(&s, &small) | ovl_linked_add(&s, &big), 0, "three records added");
+	ovl_linked_seal(&s);
+	is_int((int)s.n, 2, "sealed: one record per inode");
+	f = ovl_linked_find(&s, 7, big.ino);
+	ok(f && f->uid == big.uid && f->mtime.tv_sec == -86401, "a record is found by dev and ino");
+	ok(!ovl_linked_find(&s, 8, 2) && !ovl_linked_find(&s, 7, 3), "another inode is not");
+	j = ovl_linked_to_json(&s);
+	text = j ? cJSON_PrintUnformatted(j) : NULL;
+	is_str(text, "[\"7:2:33261:0:0:1:1:0\",\"7:1152921504606846979:33188:4294967295:5:1099511627776:-86401:999999999\"]",
+	       "as JSON: decimal strings, sorted");
+	is_int(ovl_linked_from_json(j, &back), 0, "read back");
+	f = ovl_linked_find(&back, 7, big.ino);
+	ok(back.n == 2 && f && f->dev == big.dev && f->ino == big.ino && f->mode == big.mode && f->uid == big.uid &&
+	           f->gid == big.gid && f->size == big.size && f->mtime.tv_sec == big.mtime.tv_sec &&
+	           f->mtime.tv_nsec == big.mtime.tv_nsec,
+	   "exactly, past 2^53 and before 1970");
+	bad = cJSON_Parse("[\"7:2:33261:0:0:1:1:1000000000\"]");
+	is_int(ovl_linked_from_json(bad, &back), -EUCLEAN, "nanoseconds past a second are refused");
+	ovl_linked_done(&s);
+	ovl_linked_done(&back);
+	ok(s.n == 0 && s.v == NULL, "done empties it");
+}
+
 int main(void)
 {
 	test_path_check();
 	test_inoset();
+	test_linked_set();
 	test_order_and_selection();
 	test_proto();
 	if (geteuid() == 0)
