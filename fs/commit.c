@@ -879,7 +879,8 @@ static bool target_unchanged(const struct ovl_change *e, const struct stat *st, 
 	if (st->st_mtim.tv_sec != e->old.mtime.tv_sec || st->st_mtim.tv_nsec != e->old.mtime.tv_nsec)
 		return false;
 	if (ovl_ctime_follows_links(st, relinked))
-		return true; /* the commit's own rename over another name of it moves its ctime */
+		/* the commit's own rename over another name of it moves its ctime: a chmod or chown still shows */
+		return st->st_mode == e->old.mode && st->st_uid == e->old.uid && st->st_gid == e->old.gid;
 	return st->st_ctim.tv_sec == e->old.ctime.tv_sec && st->st_ctim.tv_nsec == e->old.ctime.tv_nsec;
 }
 

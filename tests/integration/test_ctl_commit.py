@@ -722,6 +722,39 @@ def test_host_edit_while_applying_destroys_nothing():
             s.close()
 
 
+def _linked_pair():
+    """a and b: two names of one workspace file (and z a third, outside the commit); the session
+    rewrites both."""
+    s = Session()
+    write_files(s.lower, {"a": b"linked\n"})
+    os.link(os.path.join(s.lower, "a"), os.path.join(s.lower, "b"))
+    os.link(os.path.join(s.lower, "a"), os.path.join(s.lower, "z"))
+    s.change(lambda m: write_files(m, {"a": b"new a\n", "b": b"new b\n"}))
+    s.set_origins()
+    return s
+
+
+def test_host_chmod_of_a_hard_linked_file_stops_the_commit():
+    """A file with several names is judged by its mtime, as the commit's own renames move its ctime;
+    a chmod or chown made once the commit is checked again still shows, in its mode and owner: the
+    guard refuses at the first name and nothing is applied."""
+    for how in ("chmod", "chown"):
+        s = _linked_pair()
+        try:
+            z = os.path.join(s.lower, "z")
+            rc, out, err = _commit_paused_at(s, lambda: os.chmod(z, 0o600) if how == "chmod" else os.chown(z, 1234, -1),
+                                             make=_linked_pair)
+            _apply_guard_refused(s, rc, err, "a")
+            for name in "abz":
+                with open(os.path.join(s.lower, name)) as f:
+                    assert f.read() == "linked\n", (how, name)
+            assert os.path.samefile(os.path.join(s.lower, "a"), z)
+            st = os.stat(z)
+            assert (st.st_mode & 0o777, st.st_uid) == ((0o600, 0) if how == "chmod" else (0o644, 1234)), how
+        finally:
+            s.close()
+
+
 def test_hard_links_in_the_workspace_pass_the_guard():
     """The commit's own unlinks and renames change the link count, and so the ctime, of a workspace
     file's other names: that is not a host edit. A build dir with internal hard links (as cargo
