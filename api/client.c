@@ -127,8 +127,13 @@ int client_report_http_error(struct client *c, struct http_response *resp)
 		fprintf(stderr, "%s\n", body);
 	if (message) {
 		client_error(c, "%s (%s, HTTP %u)", message, code ? code : "error", resp->status);
-		if (!c->json)
+		if (!c->json) {
+			const char *hint = NULL;
+
 			print_error_paths(c, cJSON_GetObjectItemCaseSensitive(j, "paths"));
+			if (json_get_string(j, "hint", &hint) == 0)
+				client_error(c, "%s", hint);
+		}
 	} else if (resp->status == 401)
 		client_error(c, "the server wants an access token: pass --token, set DRAFTBOX_TOKEN or make STATE/token readable (HTTP 401)");
 	else

@@ -59,6 +59,12 @@ static enum MHD_Result reply_ctl_error(struct api_request *req, int r, const cJS
 	paths = e ? cJSON_GetObjectItemCaseSensitive(e, "paths") : NULL;
 	if (cJSON_IsArray(paths) && !cJSON_AddItemToObject(o, "paths", cJSON_Duplicate(paths, true)))
 		return MHD_NO;
+	if (e && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "journal_pending")) &&
+	    (!cJSON_AddBoolToObject(o, "journal_pending", true) ||
+	     !cJSON_AddStringToObject(o, "hint", "a commit stopped part-way and its journal is kept: POST "
+	                                         "/v1/isolated/session/{id}/recover finishes it (draftbox recover ID); "
+	                                         "with \"force\": true it overwrites host edits made since it began")))
+		return MHD_NO;
 	if (!strcmp(api_code, API_E_CONFLICT))
 		api_metric_inc(req->srv->metrics.commit_conflicts);
 	if (!strcmp(api_code, API_E_QUOTA))
@@ -138,6 +144,26 @@ static int map_paths(struct api_request *req, struct api_session *s, char **in, 
 	}
 	*ret = TAKE_PTR(out);
 	return 0;
+}
+
+/*
+ * After a failed commit, discard or recover on @c: marks @error
+ * "journal_pending" when the session's draftfs holds the journal of a
+ * commit that stopped part-way, for reply_ctl_error()'s hint. The messages
+ * of draftfs name its own 'draftfs recover'; an API client has a route.
+ */
+static void note_pending_journal(struct ovl_ctl *c, cJSON **error)
+{
+	_cleanup_json_ cJSON *st = NULL, *e = NULL;
+	const char *journal = NULL;
+
+	if (!c || ovl_ctl_status(c, &st, &e) < 0 || json_get_string(st, "journal", &journal) < 0 ||
+	    strcmp(journal, "pending") != 0)
+		return;
+	if (!*error)
+		*error = cJSON_CreateObject();
+	if (*error)
+		cJSON_AddBoolToObject(*error, "journal_pending", true);
 }
 
 static struct api_session *changes_session(struct api_request *req)
@@ -263,8 +289,10 @@ enum MHD_Result api_handle_commit(struct api_request *req)
 	if (r >= 0)
 		r = ovl_ctl_commit(c, paths && paths[0] ? paths : NULL, &opts, &result, &error);
 	changes_done(s);
-	if (r < 0)
+	if (r < 0) {
+		note_pending_journal(c, &error);
 		return reply_ctl_error(req, r, error, "commit");
+	}
 	api_metric_inc(req->srv->metrics.commits);
 	if (!result && !(result = cJSON_CreateObject()))
 		return MHD_NO;
@@ -296,8 +324,10 @@ enum MHD_Result api_handle_discard(struct api_request *req)
 	if (r >= 0)
 		r = ovl_ctl_discard(c, paths && paths[0] ? paths : NULL, &result, &error);
 	changes_done(s);
-	if (r < 0)
+	if (r < 0) {
+		note_pending_journal(c, &error);
 		return reply_ctl_error(req, r, error, "discard");
+	}
 	api_metric_inc(req->srv->metrics.discards);
 	if (!result && !(result = cJSON_CreateObject()))
 		return MHD_NO;
@@ -327,8 +357,10 @@ enum MHD_Result api_handle_recover(struct api_request *req)
 	if (r >= 0)
 		r = ovl_ctl_recover(c, force, &result, &error);
 	changes_done(s);
-	if (r < 0)
+	if (r < 0) {
+		note_pending_journal(c, &error);
 		return reply_ctl_error(req, r, error, "recover");
+	}
 	if (!result && !(result = cJSON_CreateObject()))
 		return MHD_NO;
 	return api_reply_json(req, 200, result);

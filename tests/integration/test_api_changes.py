@@ -82,11 +82,15 @@ def test_recover_finishes_a_commit_stopped_by_a_host_edit(env, monkeypatch):
     t.join(60)
     r = got["r"]
     assert r.status == 409 and r.json()["paths"] == ["n.txt"] and "stopped there" in r.json()["message"], r
+    # draftfs's message names 'draftfs recover'; the API says which route finishes it
+    assert r.json()["journal_pending"] is True and f"/v1/isolated/session/{{id}}/recover" in r.json()["hint"], r
     with open(os.path.join(ws, "a.txt")) as f:
         assert f.read() == "hello\nchanged\n", "a.txt came first: applied"
-    assert c.request("POST", f"{S}/{sid}/commit").status == 503, "a pending journal holds off new commits"
+    for route in ("commit", "discard"):
+        r = c.request("POST", f"{S}/{sid}/{route}")
+        assert r.status == 503 and r.json()["journal_pending"] is True, ("a pending journal holds off " + route, r)
     r = c.request("POST", f"{S}/{sid}/recover")
-    assert r.status == 409 and r.json()["paths"] == ["n.txt"], r
+    assert r.status == 409 and r.json()["paths"] == ["n.txt"] and r.json()["journal_pending"] is True, r
     with open(os.path.join(ws, "n.txt")) as f:
         assert f.read() == "host\n"
     assert c.request("POST", f"{S}/{sid}/recover", {"force": "yes"}).status == 400
@@ -109,6 +113,7 @@ def test_commit_conflict(api):
     assert r.status == 409, r
     body = r.json()
     assert body["code"] == "CONFLICT" and body["paths"] == ["a.txt"], body
+    assert "journal_pending" not in body and "hint" not in body, "refused before its journal: nothing to recover"
     with open(os.path.join(ws, "a.txt")) as f:
         assert f.read() == "hello\ntheirs\n", "a refused commit changes nothing"
     r = c.request("POST", f"{S}/{sid}/commit", {"force": True})

@@ -390,7 +390,8 @@ def test_recover_and_conflict_paths(fake):
 
     # a conflict lists its paths, the first 20 of them
     paths = [f"dir/f{i:02}" for i in range(25)]
-    conflict = {"code": "CONFLICT", "message": "recover failed: changed in the workspace", "paths": paths}
+    conflict = {"code": "CONFLICT", "message": "recover failed: changed in the workspace", "paths": paths,
+                "journal_pending": True, "hint": "POST .../recover finishes it"}
     rec.routes[("POST", "/v1/isolated/session/s/recover")] = json_reply(conflict, 409)
     rec.routes[("POST", "/v1/isolated/session/s/commit")] = json_reply(conflict, 409)
     for cmd in ("recover", "commit"):
@@ -399,7 +400,8 @@ def test_recover_and_conflict_paths(fake):
         assert r.returncode == 1, r
         assert lines[0] == "draftbox: recover failed: changed in the workspace (CONFLICT, HTTP 409)", lines
         assert lines[1:21] == [f"draftbox:   {p}" for p in paths[:20]], lines
-        assert lines[21:] == ["draftbox:   ... and 5 more (--json lists them all)"], lines
+        assert lines[21:] == ["draftbox:   ... and 5 more (--json lists them all)",
+                              "draftbox: POST .../recover finishes it"], lines
     r = run_client(["--url", url, "--json", "recover", "s"])
     assert r.returncode == 1 and json.loads(r.stderr.decode().splitlines()[0]) == conflict, r
     assert b"draftbox:   dir/f00" not in r.stderr
