@@ -1089,6 +1089,12 @@ static bool is_committed_entry(const struct ovl_change *e)
 	       e->old.mtime.tv_nsec == e->new.mtime.tv_nsec;
 }
 
+/* The workspace holds a non-directory at @e's path: what recovery checks, and the journal's linked set records. */
+static bool workspace_file(const struct ovl_change *e)
+{
+	return e->old_type != OVL_FT_NONE && e->old_layer == 0 && e->old_type != OVL_FT_DIR;
+}
+
 /* A linked file as the interrupted commit's check read it: its ctime alone may have moved. */
 static bool linked_unchanged(const struct ovl_linked *l, const struct ovl_meta *m)
 {
@@ -1114,7 +1120,7 @@ static void check_recovery(struct commit *cm, cJSON **list)
 		const struct ovl_change *e = &c->v[i];
 		const struct ovl_linked *l;
 
-		if (e->old_type == OVL_FT_NONE || e->old_layer != 0 || e->old_type == OVL_FT_DIR)
+		if (!workspace_file(e))
 			continue;
 		/* the interrupted commit's unlink of another name moved the ctime of these: what was checked tells */
 		l = ovl_linked_find(cm->linked, e->old.dev, e->old.ino);
@@ -1448,7 +1454,7 @@ static int collect_linked(struct commit *cm)
 			                      .gid = e->old.gid, .size = e->old.size, .mtime = e->old.mtime };
 		int r;
 
-		if (e->old_type == OVL_FT_NONE || e->old_layer != 0 || e->old_type == OVL_FT_DIR || e->old.nlink < 2)
+		if (!workspace_file(e) || e->old.nlink < 2)
 			continue;
 		r = ovl_linked_add(&cm->own_linked, &l);
 		if (r < 0)
