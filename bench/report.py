@@ -59,6 +59,21 @@ def _med(xs):
     return statistics.median(xs) if xs else None
 
 
+def _pair_ratios(a, b):
+    """t(a) / t(b) of each repetition where both ran."""
+    return [t / r for t, r in zip(a, b) if t is not None and r]
+
+
+def _reps_within(rs, lim, strict=False):
+    """How many of the per-repetition ratios @rs meet @lim: ", K of N repetitions under". The verdict goes by
+    the median; this says whether the machine's spread decided it (a median just past a limit with most
+    repetitions on the other side is noise, not a measurement)."""
+    if not rs:
+        return ""
+    k = sum(1 for r in rs if (r < lim if strict else r <= lim))
+    return "; %d of %d repetitions %s %.2fx" % (k, len(rs), "under" if strict else "at or under", lim)
+
+
 def _geomean(xs):
     xs = [x for x in xs if x is not None and x > 0]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
@@ -129,12 +144,10 @@ def summarize(res):
         s["median"][p] = {i: _med(by[i]) for i in impls}
         base = by.get("ovl")
         s["ratio"][p] = {}
+        s.setdefault("rep_ratios", {})[p] = {}
         for i in impls:
-            rs = []
-            if base:
-                for t, b in zip(by[i], base):
-                    if t is not None and b:
-                        rs.append(t / b)
+            rs = _pair_ratios(by[i], base) if base else []
+            s["rep_ratios"][p][i] = rs
             s["ratio"][p][i] = _med(rs)
     for w, by in res["cpu"].items():
         s["cpu"][w] = {i: _med(by[i]) for i in impls}
@@ -170,13 +183,16 @@ def summarize(res):
     if have:
         # Pair by pair within a repetition, as every other ratio here: the disk drifts between repetitions.
         vs_fo = {}
+        vs_fo_reps = {}
         for p, by in res["times"].items():
             if d in by and "fo-fast" in by:
-                rs = [t / b for t, b in zip(by[d], by["fo-fast"]) if t is not None and b]
+                rs = _pair_ratios(by[d], by["fo-fast"])
                 if rs:
                     vs_fo[p] = _med(rs)
+                    vs_fo_reps[p] = rs
         s["vs_fo_fast"] = vs_fo
-        slower = ["%s (%.2fx)" % (p, r) for p, r in vs_fo.items() if r >= 1.0 and p not in extra]
+        slower = ["%s (%.2fx%s)" % (p, r, _reps_within(vs_fo_reps[p], 1.0, strict=True))
+                  for p, r in vs_fo.items() if r >= 1.0 and p not in extra]
         compared = [p for p in vs_fo if p not in extra]
         if compared:
             target("faster than fuse-overlayfs fast options on every workload",
@@ -193,11 +209,15 @@ def summarize(res):
         fl = "" if fl is None else "; its request floor here %.2fx" % fl
         ac = s["at_cost"].get(w[0], {}).get(d) if w else None
         fl += "" if ac is None else ", %.2fx at this mount's request cost" % ac
+        if w:
+            fl += _reps_within(s["rep_ratios"][w[0]][d], 3.0)
         target("no workload above 3x kernel", w[1] if w else None, w is not None and w[1] <= 3.0 and not failed,
                fmt="worst %%.2fx (%s)%s%s" % (w[0] if w else "", fl.replace("%", "%%"), note))
         for p, lim in (("git_status_1", 2.0), ("git_status_2", 2.0), ("seq_read", 1.1), ("rand_read", 1.1)):
             r = s["ratio"].get(p, {}).get(d)
-            target("%s <= %.1fx kernel" % (p, lim), r, None if r is None else r <= lim)
+            reps = _reps_within(s["rep_ratios"].get(p, {}).get(d), lim)
+            target("%s <= %.1fx kernel" % (p, lim), r, None if r is None else r <= lim,
+                   fmt="%.2fx" + reps.replace("%", "%%"))
         r = s["ratio"].get("copy_up_big", {}).get(d)
         target("copy_up_big <= 0.5x kernel", r, None if r is None else r <= 0.5)
     else:
