@@ -50,6 +50,27 @@ def rm_rf(path):
         subprocess.run(["rm", "-rf", "--one-file-system", path], check=True)
 
 
+# The implementations the targets compare pair by pair: run next to each other in every repetition.
+PAIRED = ("ovl", "fo-fast", "draftfs")
+
+
+def run_order(active, k):
+    """The order of @active for the k-th (repetition + workload) step. The machine has slow stretches
+    of tens of seconds, and two samples close in time are slow together: a pair ratio is only as good as its
+    two samples are near. So kernel overlayfs, fo-fast and draftfs run as one block, in an order that rotates,
+    and the block goes first on even steps and last on odd ones; the others (plain, fo-default, variants)
+    rotate around it. No implementation is always first after the cache drop."""
+    block = [i for i in active if i.name in PAIRED]
+    rest = [i for i in active if i.name not in PAIRED]
+    if block:
+        b = k % len(block)
+        block = block[b:] + block[:b]
+    if rest:
+        r = (k // 2) % len(rest)
+        rest = rest[r:] + rest[:r]
+    return block + rest if k % 2 == 0 else rest + block
+
+
 class Suite:
     def __init__(self, args, man):
         self.args = args
@@ -308,9 +329,7 @@ def main():
                     res["reps_done"] = rep
                     break
             for wi, w in enumerate(wls):
-                # Rotate the order so no implementation always runs first.
-                shift = (rep + wi) % len(active)
-                order = active[shift:] + active[:shift]
+                order = run_order(active, rep + wi)
                 for impl in order:
                     k += 1
                     try:
