@@ -27,6 +27,7 @@ sys.path.insert(0, HERE)
 
 import fusereq  # noqa: E402
 import impls  # noqa: E402
+import pagereport  # noqa: E402
 import report  # noqa: E402
 import session  # noqa: E402
 import tree  # noqa: E402
@@ -214,6 +215,9 @@ def main():
     ap.add_argument("--max-minutes", type=float,
                     help="start no new repetition once the projected end would pass this budget")
     ap.add_argument("--timeout", type=int, default=900, help="per-phase timeout in seconds")
+    ap.add_argument("--keep-page-reporting", action="store_true",
+                    help="leave the VM's free page reporting as it is (by default it is held back for the run "
+                    "where the kernel allows it: bench/pagereport.py)")
     ap.add_argument("--pin", type=int, metavar="CPU",
                     help="run every workload bound to this CPU (a diagnostic: on a VM whose idle vCPUs halt, it "
                     "shows what a FUSE round trip costs without the wake-up of the other vCPU; not the "
@@ -293,6 +297,12 @@ def main():
     for w in wls:
         res["cpu"][w.name] = {i.name: [None] * reps for i in all_impls}
 
+    hold = pagereport.Hold()
+    if args.keep_page_reporting:
+        hold.state = "free page reporting left as it is (--keep-page-reporting)"
+    else:
+        hold.hold(log)
+    res["page_reporting"] = hold.state
     rc = 0
     try:
         if any(i.name == "plain" for i in active):
@@ -377,7 +387,10 @@ def main():
         log("interrupted")
         rc = 130
     finally:
-        suite.cleanup()
+        try:
+            suite.cleanup()
+        finally:
+            hold.release(log)
 
     res["seconds"] = round(time.monotonic() - t_start, 1)
     res["load"].append(list(os.getloadavg()))

@@ -285,6 +285,8 @@ def render_text(res, s):
     man = res["manifest"]
     out.append("")
     out.append("draftbox bench, %s, %s" % (res["started"], res["machine"]))
+    if res.get("page_reporting"):
+        out.append(res["page_reporting"])
     out.append("scale %g, %d repetitions, lower: %d entries + big.bin %d MiB; %.0fs total; "
                "load avg at start/end %.1f/%.1f"
                % (res["scale"], res.get("reps_done", res["reps"]), man["entries"], man["sizes"]["big_bytes"] >> 20,
@@ -434,6 +436,8 @@ def render_markdown(res, s):
                "%.0f s in total; load average %.1f at the start, %.1f at the end."
                % (res["started"], res["machine"], res["scale"], man["entries"], man["sizes"]["big_bytes"] >> 20,
                   res.get("reps_done", res["reps"]), res.get("seconds", 0), res["load"][0][0], res["load"][-1][0]))
+    if res.get("page_reporting"):
+        out.append("The VM's %s (bench/pagereport.py)." % res["page_reporting"])
     if pin_note(res):
         out.append(pin_note(res))
     out.append("")
