@@ -196,7 +196,7 @@ def summarize(res):
         compared = [p for p in vs_fo if p not in extra]
         if compared:
             target("faster than fuse-overlayfs fast options on every workload",
-                   "slower on: " + ",".join(slower + failed) if slower or failed
+                   "slower on: " + ", ".join(slower + failed) if slower or failed
                    else "all %d faster" % len(compared), not slower and not failed)
         else:
             target("faster than fuse-overlayfs fast options on every workload", None, None)
