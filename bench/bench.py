@@ -58,14 +58,19 @@ PAIRED = ("ovl", "fo-fast", "draftfs")
 def run_order(active, k):
     """The order of @active for the k-th (repetition + workload) step. The machine has slow stretches
     of tens of seconds, and two samples close in time are slow together: a pair ratio is only as good as its
-    two samples are near. So kernel overlayfs, fo-fast and draftfs run as one block, in an order that rotates,
-    and the block goes first on even steps and last on odd ones; the others (plain, fo-default, variants)
-    rotate around it. No implementation is always first after the cache drop."""
+    two samples are near. So kernel overlayfs, fo-fast and draftfs run as one block, and the block goes first
+    on even steps and last on odd ones; the others (plain, fo-default, variants) rotate around it. Within the
+    block a rotation on even steps and its reverse on odd ones: over any run of steps each of a pair runs
+    first as often as the other, give or take one (the first sample after a switch of workload tends to be
+    slower, so a pair always in one order would carry that into its ratio), and no implementation is always
+    first after the cache drop."""
     block = [i for i in active if i.name in PAIRED]
     rest = [i for i in active if i.name not in PAIRED]
     if block:
-        b = k % len(block)
+        b = (k // 2) % len(block)
         block = block[b:] + block[:b]
+        if k % 2:
+            block.reverse()
     if rest:
         r = (k // 2) % len(rest)
         rest = rest[r:] + rest[:r]
