@@ -139,16 +139,12 @@ def floor_title(sw):
 def summarize(res):
     """Returns medians, ratios, geomeans and the target verdicts of @res."""
     impls = res["impls"]
-    s = {"median": {}, "ratio": {}, "cpu": {}, "geomean": {}, "worst": {}, "targets": []}
+    s = {"median": {}, "ratio": {}, "rep_ratios": {}, "cpu": {}, "geomean": {}, "worst": {}, "targets": []}
     for p, by in res["times"].items():
         s["median"][p] = {i: _med(by[i]) for i in impls}
         base = by.get("ovl")
-        s["ratio"][p] = {}
-        s.setdefault("rep_ratios", {})[p] = {}
-        for i in impls:
-            rs = _pair_ratios(by[i], base) if base else []
-            s["rep_ratios"][p][i] = rs
-            s["ratio"][p][i] = _med(rs)
+        s["rep_ratios"][p] = {i: _pair_ratios(by[i], base) if base else [] for i in impls}
+        s["ratio"][p] = {i: _med(rs) for i, rs in s["rep_ratios"][p].items()}
     for w, by in res["cpu"].items():
         s["cpu"][w] = {i: _med(by[i]) for i in impls}
     # Older result files have no waits.
@@ -182,15 +178,12 @@ def summarize(res):
         target("draftfs completes every workload", "failed: " + ",".join(failed), False)
     if have:
         # Pair by pair within a repetition, as every other ratio here: the disk drifts between repetitions.
-        vs_fo = {}
         vs_fo_reps = {}
         for p, by in res["times"].items():
-            if d in by and "fo-fast" in by:
-                rs = _pair_ratios(by[d], by["fo-fast"])
-                if rs:
-                    vs_fo[p] = _med(rs)
-                    vs_fo_reps[p] = rs
-        s["vs_fo_fast"] = vs_fo
+            rs = _pair_ratios(by[d], by["fo-fast"]) if d in by and "fo-fast" in by else []
+            if rs:
+                vs_fo_reps[p] = rs
+        s["vs_fo_fast"] = vs_fo = {p: _med(rs) for p, rs in vs_fo_reps.items()}
         slower = ["%s (%.2fx%s)" % (p, r, _reps_within(vs_fo_reps[p], 1.0, strict=True))
                   for p, r in vs_fo.items() if r >= 1.0 and p not in extra]
         compared = [p for p in vs_fo if p not in extra]
