@@ -146,26 +146,6 @@ static int map_paths(struct api_request *req, struct api_session *s, char **in, 
 	return 0;
 }
 
-/*
- * After a failed commit, discard or recover on @c: marks @error
- * "journal_pending" when the session's draftfs holds the journal of a
- * commit that stopped part-way, for reply_ctl_error()'s hint. The messages
- * of draftfs name its own 'draftfs recover'; an API client has a route.
- */
-static void note_pending_journal(struct ovl_ctl *c, cJSON **error)
-{
-	_cleanup_json_ cJSON *st = NULL, *e = NULL;
-	const char *journal = NULL;
-
-	if (!c || ovl_ctl_status(c, &st, &e) < 0 || json_get_string(st, "journal", &journal) < 0 ||
-	    strcmp(journal, "pending") != 0)
-		return;
-	if (!*error)
-		*error = cJSON_CreateObject();
-	if (*error)
-		cJSON_AddBoolToObject(*error, "journal_pending", true);
-}
-
 static struct api_session *changes_session(struct api_request *req)
 {
 	struct api_session *s = api_request_session(req);
@@ -289,10 +269,8 @@ enum MHD_Result api_handle_commit(struct api_request *req)
 	if (r >= 0)
 		r = ovl_ctl_commit(c, paths && paths[0] ? paths : NULL, &opts, &result, &error);
 	changes_done(s);
-	if (r < 0) {
-		note_pending_journal(c, &error);
+	if (r < 0)
 		return reply_ctl_error(req, r, error, "commit");
-	}
 	api_metric_inc(req->srv->metrics.commits);
 	if (!result && !(result = cJSON_CreateObject()))
 		return MHD_NO;
@@ -324,10 +302,8 @@ enum MHD_Result api_handle_discard(struct api_request *req)
 	if (r >= 0)
 		r = ovl_ctl_discard(c, paths && paths[0] ? paths : NULL, &result, &error);
 	changes_done(s);
-	if (r < 0) {
-		note_pending_journal(c, &error);
+	if (r < 0)
 		return reply_ctl_error(req, r, error, "discard");
-	}
 	api_metric_inc(req->srv->metrics.discards);
 	if (!result && !(result = cJSON_CreateObject()))
 		return MHD_NO;
@@ -357,10 +333,8 @@ enum MHD_Result api_handle_recover(struct api_request *req)
 	if (r >= 0)
 		r = ovl_ctl_recover(c, force, &result, &error);
 	changes_done(s);
-	if (r < 0) {
-		note_pending_journal(c, &error);
+	if (r < 0)
 		return reply_ctl_error(req, r, error, "recover");
-	}
 	if (!result && !(result = cJSON_CreateObject()))
 		return MHD_NO;
 	return api_reply_json(req, 200, result);

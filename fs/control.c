@@ -29,6 +29,7 @@
 #include "control.h"
 #include "ctl-ops.h"
 #include "ctl-proto.h"
+#include "journal.h"
 #include "json-util.h"
 #include "log.h"
 #include "registry.h"
@@ -103,6 +104,12 @@ static int parse_commit_opts(const cJSON *req, struct ovl_commit_opts *o, cJSON 
 	return 0;
 }
 
+/* The error of a failed request when its op gave none. */
+static int request_failed(cJSON **ret_error, int r)
+{
+	return ovl_ctl_error(ret_error, r, "io", NULL, "request failed");
+}
+
 /* Runs one request. Returns 0 and *ret_result, or -errno and *ret_error. */
 static int dispatch(struct ovl_control *c, const cJSON *req, int passed_fd, cJSON **ret_result, cJSON **ret_error)
 {
@@ -153,6 +160,13 @@ static int dispatch(struct ovl_control *c, const cJSON *req, int passed_fd, cJSO
 			r = ovl_op_discard(&c->env, paths, ret_result, ret_error);
 		else
 			r = ovl_op_recover(&c->env, force, ret_result, ret_error);
+		/* A commit that stopped part-way left its journal: the caller learns it from the error itself. */
+		if (r < 0 && ovl_journal_pending(c->env.layers->state_fd) > 0) {
+			if (!*ret_error)
+				(void)request_failed(ret_error, r);
+			if (*ret_error)
+				cJSON_AddBoolToObject(*ret_error, "journal_pending", true);
+		}
 		pthread_mutex_unlock(&c->op_lock);
 		return r;
 	}
@@ -183,7 +197,7 @@ static void *conn_thread(void *arg)
 	} else {
 		r = dispatch(c, req, passed, &result, &error);
 		if (r < 0 && !error)
-			(void)ovl_ctl_error(&error, r, "io", NULL, "request failed");
+			(void)request_failed(&error, r);
 	}
 	passed = safe_close(passed);
 	reply = cJSON_CreateObject();
